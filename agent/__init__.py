@@ -1,0 +1,1 @@
+"""The controller: model providers, the feedback loop, budgets, trajectories, batch runs, the CLI."""

@@ -1,0 +1,31 @@
+"""All-reduce (sum) of one bf16 buffer per rank.
+
+Pattern from Megatron-LM's data-parallel gradient all-reduce (``DistributedDataParallel`` with
+contiguous grad buffers) and the tensor-parallel activation all-reduce after row-parallel
+layers: every rank holds a buffer of the same shape and receives the element-wise sum.
+Bandwidth-optimal algorithms move 2 (W-1)/W of the buffer per rank (reduce-scatter then
+all-gather); one-shot algorithms trade bandwidth for latency on small buffers.
+"""
+
+from problems.spec import Cost, ProblemSpec, randn, rank_generator
+
+SPEC = ProblemSpec(
+    name="all_reduce",
+    category="collective",
+    pattern="all-reduce (sum)",
+    origin="Megatron-LM DDP grad-buffer all-reduce / TP row-parallel output all-reduce",
+    dtype="bfloat16",
+    atol=1e-3,
+    rtol=2**-8,
+    shapes={"default": {"numel": 32 * 2**20}, "small": {"numel": 12_288}, "latency": {"numel": 64 * 1024}},
+    description="Each rank holds a 1-D tensor of `numel` elements; every rank returns the element-wise sum over ranks.",
+)
+
+
+def make_inputs(rank, world, generator, device, dtype, *, numel):
+    return (randn(numel, rank_generator(generator, rank), device, dtype, scale=4.0),)
+
+
+def cost(world, dtype_bytes, *, numel):
+    size = numel * dtype_bytes
+    return Cost(comm_bytes=2 * (world - 1) / world * size, hbm_bytes=(world + 1) * size)

@@ -1,0 +1,46 @@
+"""Finds problems by name: one folder per problem under ``problems/<category>/<name>/``."""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from pathlib import Path
+
+from problems.spec import Problem, load_problem
+
+PROBLEMS_ROOT = Path(__file__).resolve().parent
+
+
+class UnknownProblem(LookupError):
+    """No problem of that name; the message lists the closest names."""
+
+
+@cache
+def _folders() -> dict[str, Path]:
+    folders: dict[str, Path] = {}
+    for problem_file in sorted(PROBLEMS_ROOT.glob("*/*/problem.py")):
+        folders[problem_file.parent.name] = problem_file.parent
+    return folders
+
+
+def problem_names() -> list[str]:
+    return list(_folders())
+
+
+@cache
+def get_problem(name: str) -> Problem:
+    folders = _folders()
+    if name not in folders:
+        close = difflib.get_close_matches(name, folders, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `kloop problems` lists them"
+        raise UnknownProblem(f"no problem named {name!r}{hint}")
+    problem = load_problem(folders[name])
+    if problem.spec.name != name:
+        raise ValueError(f"{folders[name]}/problem.py names itself {problem.spec.name!r}, not {name!r}")
+    if problem.spec.category != folders[name].parent.name:
+        raise ValueError(f"{name} declares category {problem.spec.category!r} but lives under {folders[name].parent.name}/")
+    return problem
+
+
+def all_problems() -> list[Problem]:
+    return [get_problem(name) for name in problem_names()]

@@ -1,0 +1,155 @@
+"""The local backend: a subprocess in a fresh work dir.
+
+Weaker isolation than Docker, for machines without it: a new session and process group
+(killed whole on timeout, with a sweep for anything that escaped the group), an environment
+allow-list (no API keys ever), rlimits, and, inside the harness, Landlock confinement of
+candidate ranks where the kernel has it. No network namespace: a candidate could reach the
+network through native code. Use ``--sandbox docker`` for untrusted work at scale.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import structlog
+
+from sandbox.backends.base import MAX_OUTPUT_BYTES, CappedReader, ExecResult, Sandbox, SandboxError
+
+log = structlog.get_logger(__name__)
+
+ENV_ALLOWLIST = (
+    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "NVCC",
+    "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "NCCL_DEBUG",
+    "NCCL_SOCKET_IFNAME", "NCCL_P2P_LEVEL", "KLOOP_CACHE_DIR", "KLOOP_COMPILE_CACHE", "KLOOP_CUDA_ARCH",
+    "KLOOP_REFERENCE_CACHE_MAX_GB",
+)
+PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def sandbox_env(workdir: str, marker: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment: nothing else of the caller's (no API keys) gets in."""
+    from sandbox.runtime.build import default_cache_root
+
+    env = {name: os.environ[name] for name in ENV_ALLOWLIST if name in os.environ}
+    env.setdefault("KLOOP_CACHE_DIR", str(default_cache_root()))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PROJECT_ROOT, env.get("PYTHONPATH")]))
+    env.update(HOME=workdir, TMPDIR=os.path.join(workdir, "tmp"), KLOOP_SANDBOX=marker, PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def _limit_resources() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft = 65536 if hard == resource.RLIM_INFINITY else min(65536, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    file_cap = 16 * 2**30
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_cap, file_cap))
+
+
+class LocalSandbox(Sandbox):
+    name = "local"
+    isolation = ("env-allowlist", "rlimits", "process-group")
+
+    def __init__(self, base_dir: str | None = None, keep: bool = False, env: dict[str, str] | None = None):
+        self.base_dir, self.keep, self.extra_env = base_dir, keep, env or {}
+        self.python = sys.executable
+        self.marker = f"kloop-{uuid.uuid4().hex[:12]}"
+        self.workdir = ""
+        self._sessions: set[int] = set()
+
+    def start(self) -> None:
+        if self.base_dir:
+            os.makedirs(self.base_dir, exist_ok=True)
+        self.workdir = tempfile.mkdtemp(prefix="kloop-", dir=self.base_dir)
+        os.makedirs(os.path.join(self.workdir, "tmp"), exist_ok=True)
+
+    def _path(self, path: str) -> str:
+        if not self.workdir:
+            raise SandboxError("the sandbox is not started")
+        full = os.path.realpath(os.path.join(self.workdir, path))
+        if not full.startswith(os.path.realpath(self.workdir) + os.sep):
+            raise SandboxError(f"{path!r} is outside the sandbox work dir")
+        return full
+
+    def exec(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, input: bytes | None = None) -> ExecResult:
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                cmd, cwd=self.workdir, env=sandbox_env(self.workdir, self.marker, {**self.extra_env, **(env or {})}),
+                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_limit_resources,
+            )
+        except OSError as error:
+            raise SandboxError(f"cannot start {cmd[0]!r}: {error}") from error
+        self._sessions.add(proc.pid)
+        readers = [CappedReader(proc.stdout, MAX_OUTPUT_BYTES), CappedReader(proc.stderr, MAX_OUTPUT_BYTES)]
+        for reader in readers:
+            reader.start()
+        if input is not None:
+            try:
+                proc.stdin.write(input)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._kill_session(proc.pid)
+            proc.wait()
+        self._kill_session(proc.pid)  # whatever the command left running
+        for reader in readers:
+            reader.join(5)
+        return ExecResult(
+            returncode=proc.returncode, stdout=readers[0].text(), stderr=readers[1].text(), timed_out=timed_out,
+            duration_s=round(time.monotonic() - started, 3), truncated=any(r.dropped for r in readers),
+        )
+
+    def _kill_session(self, session_id: int) -> None:
+        try:
+            os.killpg(session_id, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Kill processes that left the session but carry this sandbox's marker."""
+        import psutil
+
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("KLOOP_SANDBOX") == self.marker:
+                    proc.kill()
+            except (psutil.Error, OSError):
+                continue
+
+    def write_file(self, path: str, content: bytes | str) -> None:
+        full = self._path(path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as handle:
+            handle.write(content.encode() if isinstance(content, str) else content)
+
+    def read_file(self, path: str, max_bytes: int = MAX_OUTPUT_BYTES) -> bytes:
+        try:
+            with open(self._path(path), "rb") as handle:
+                return handle.read(max_bytes)
+        except FileNotFoundError:
+            raise SandboxError(f"{path} does not exist in the sandbox") from None
+
+    def close(self) -> None:
+        for session in self._sessions:
+            self._kill_session(session)
+        self._sessions.clear()
+        if self.workdir and not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)

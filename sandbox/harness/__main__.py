@@ -1,0 +1,109 @@
+"""Entry point inside the sandbox: ``python -m sandbox.harness --config harness.json``.
+
+The report (EvalReport JSON) goes to this process's original stdout, a channel no rank can
+reach: ranks write to their own log files, this process is non-dumpable (its /proc fds are
+closed to same-user processes) and, as a child subreaper, it kills every process the
+evaluation left behind before it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _redirect_output(log_path: Path) -> int:
+    report_fd = os.dup(1)  # non-inheritable: no child gets it
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    return report_fd
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me:
+            found.append(int(entry))
+    return found
+
+
+def reap_descendants() -> int:
+    """Kill everything below this process (orphans are re-parented here); returns how many."""
+    killed = 0
+    for _ in range(100):
+        children = _children()
+        if not children:
+            break
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        for pid in children:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return killed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.harness")
+    parser.add_argument("--config", required=True, type=Path)
+    args = parser.parse_args(argv)
+    workdir = Path.cwd()
+    report_fd = _redirect_output(workdir / "logs" / "harness.log")
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    import structlog
+
+    structlog.configure(processors=[structlog.processors.TimeStamper(fmt="iso"), structlog.processors.add_log_level,
+                                    structlog.processors.JSONRenderer()],
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    from sandbox.harness.confine import set_non_dumpable
+    from sandbox.harness.config import HarnessConfig
+    from sandbox.harness.run import MULTICAST_OFF, Evaluation
+    from sandbox.report import EvalReport, LogExcerpt
+
+    set_non_dumpable()
+    os.environ.update(MULTICAST_OFF)
+    config = HarnessConfig.model_validate_json(args.config.read_text())
+    try:
+        report = Evaluation(config, workdir).run()
+    except Exception as error:  # noqa: BLE001 - a harness bug still produces a report
+        report = EvalReport(
+            status="crashed", message=f"harness error: {type(error).__name__}: {error}", problem=config.problem,
+            world=config.world, device=config.device, dtype=config.dtype or "", size=config.size or "",
+            logs=[LogExcerpt.of("harness traceback", traceback.format_exc())], notes=["this is a bug in kernel-loop, not in the solution"],
+        )
+    payload = report.model_dump_json().encode()
+    while payload:
+        payload = payload[os.write(report_fd, payload):]
+    os.close(report_fd)
+    reap_descendants()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

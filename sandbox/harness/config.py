@@ -1,0 +1,47 @@
+"""What one evaluation is asked to do (written by the controller, read by the harness)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+DeviceMode = Literal["cpu", "cuda", "emulate"]
+
+
+class StageTimeouts(BaseModel):
+    startup_s: float = 180.0
+    build_s: float = 600.0
+    correctness_s: float = 180.0
+    performance_s: float = 300.0
+    profile_s: float = 180.0
+
+
+class HarnessConfig(BaseModel):
+    problem: str
+    solution: Path = Path("solution.py")
+    world: int = Field(2, ge=1, le=64)
+    device: DeviceMode = "cpu"
+    dtype: str | None = None
+    size: str | None = Field(None, description="a named shape of the problem; default: small on cpu, default elsewhere")
+    trials: int = Field(5, ge=1, le=100)
+    seed: int = 0
+    timed: bool | None = Field(None, description="time reference and candidate; default: yes except in emulate mode")
+    profile: bool | None = Field(None, description="profile the candidate; default: yes in cuda mode")
+    warmup: int = Field(10, ge=0)
+    iterations: int = Field(50, ge=10)
+    timing_budget_s: float = Field(20.0, description="stop timing after this long (at least 10 iterations)")
+    allow_nccl: bool = Field(False, description="let the candidate call torch.distributed collectives")
+    reference_cache: bool = True
+    cache_dir: Path | None = None
+    timeouts: StageTimeouts = Field(default_factory=StageTimeouts)
+
+    def resolved_size(self) -> str:
+        return self.size or ("small" if self.device == "cpu" else "default")
+
+    def is_timed(self) -> bool:
+        return self.device != "emulate" if self.timed is None else (self.timed and self.device != "emulate")
+
+    def is_profiled(self) -> bool:
+        return self.device == "cuda" if self.profile is None else (self.profile and self.device == "cuda")

@@ -1,0 +1,188 @@
+"""Compiling CUDA: nvcc to cubin and torch extensions, cached by content hash.
+
+A build is keyed by everything that changes its output (source, options, target, compiler
+version); the result lands atomically in the cache under that key, and a file lock per key
+means concurrent ranks never compile the same source twice. Compilers run under Landlock
+(read system folders, write only the build folder), so a hostile ``#include`` cannot pull a
+user's files into the compiler log. Compiler output is kept whole for feedback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from filelock import FileLock
+
+COMPILE_TIMEOUT_S = 600
+NVCC_OPTIONS_ALLOWED = (
+    "-D", "-U", "-O", "-std=", "--std=", "-use_fast_math", "--use_fast_math", "-lineinfo", "-maxrregcount",
+    "--maxrregcount", "-Xptxas", "--ptxas-options", "--expt-relaxed-constexpr", "--expt-extended-lambda",
+    "--extended-lambda", "-ftz", "-prec-div", "-prec-sqrt", "-fmad", "--restrict", "-res-usage", "--resource-usage",
+    "-G", "-g",
+)
+
+
+class CompileError(RuntimeError):
+    """The compiler rejected the source; ``log`` holds its whole output."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message if not log else f"{message}\n{log}")
+        self.log = log or message
+
+
+def default_cache_root() -> Path:
+    root = os.environ.get("KLOOP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kernel-loop")
+    return Path(root)
+
+
+def compile_cache_dir() -> Path:
+    return Path(os.environ.get("KLOOP_COMPILE_CACHE") or default_cache_root() / "compile")
+
+
+@cache
+def find_nvcc() -> str:
+    candidates = [os.environ.get("NVCC")]
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            candidates.append(os.path.join(home, "bin", "nvcc"))
+    candidates.append(shutil.which("nvcc"))
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise CompileError("nvcc was not found: install the CUDA toolkit or set CUDA_HOME (or NVCC) to it")
+
+
+@cache
+def nvcc_version() -> str:
+    out = subprocess.run([find_nvcc(), "--version"], capture_output=True, text=True, timeout=60).stdout
+    match = re.search(r"release [\d.]+, V[\d.]+", out)
+    return match.group(0) if match else out.strip()[-80:]
+
+
+def normalize_arch(arch: str) -> str:
+    """'sm_90a', '90a', '9.0' -> '90a'."""
+    arch = arch.strip().lower().removeprefix("sm_").removeprefix("compute_").replace(".", "")
+    if not re.fullmatch(r"\d{2,3}[af]?", arch):
+        raise CompileError(f"unknown CUDA architecture {arch!r}: expected something like sm_90a")
+    return arch
+
+
+def arch_list_entry(arch: str) -> str:
+    """'90a' -> '9.0a', the spelling of TORCH_CUDA_ARCH_LIST."""
+    major, minor, suffix = re.fullmatch(r"(\d+)(\d)([af]?)", normalize_arch(arch)).groups()
+    return f"{major}.{minor}{suffix}"
+
+
+def default_arch() -> str:
+    """The running GPU's architecture (with Hopper's 'a' features), else KLOOP_CUDA_ARCH or sm_90a."""
+    if os.environ.get("KLOOP_CUDA_ARCH"):
+        return normalize_arch(os.environ["KLOOP_CUDA_ARCH"])
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"{major}{minor}" + ("a" if major >= 9 else "")
+    except Exception:  # noqa: BLE001 - any failure means "no usable GPU here"
+        pass
+    return "90a"
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _confined(cmd: list[str], build_dir: Path, extra_read: list[str] = ()) -> list[str]:
+    writes = ["--write", str(build_dir)]
+    reads = [arg for path in extra_read for arg in ("--read", path)]
+    return [sys.executable, "-m", "sandbox.harness.confined_exec", *writes, *reads, "--", *cmd]
+
+
+def _run_compiler(cmd: list[str], build_dir: Path, what: str, extra_read: list[str] = ()) -> str:
+    try:
+        proc = subprocess.run(
+            _confined(cmd, build_dir, extra_read), cwd=build_dir, capture_output=True, text=True,
+            timeout=COMPILE_TIMEOUT_S, env={**os.environ, "TMPDIR": str(build_dir)},
+        )
+    except subprocess.TimeoutExpired as expired:
+        raise CompileError(f"{what} took longer than {COMPILE_TIMEOUT_S} s", str(expired.stdout or "")) from None
+    output = (proc.stdout + proc.stderr).replace(str(build_dir) + "/", "")
+    if proc.returncode != 0:
+        raise CompileError(f"{what} failed (exit {proc.returncode})", output)
+    return output
+
+
+def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = None, cache_dir: Path | None = None) -> Path:
+    """Compile ``source`` with nvcc to a cubin for ``arch``; returns the cached file."""
+    arch = normalize_arch(arch or default_arch())
+    options = tuple(str(o) for o in options)
+    for option in options:
+        if not option.startswith(NVCC_OPTIONS_ALLOWED):
+            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    cache_dir = cache_dir or compile_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    key = _key("cubin", source, options, arch, nvcc_version())
+    target = cache_dir / f"{key}.cubin"
+    if target.exists():
+        return target
+    with FileLock(str(cache_dir / f"{key}.lock")):
+        if target.exists():
+            return target
+        with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
+            build_dir = Path(tmp)
+            (build_dir / "kernel.cu").write_text(source)
+            cmd = [find_nvcc(), "-cubin", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-std=c++17",
+                   "-lineinfo", *options, "-o", "kernel.cubin", "kernel.cu"]
+            _run_compiler(cmd, build_dir, "nvcc")
+            os.replace(build_dir / "kernel.cubin", target)
+    return target
+
+
+def build_extension(
+    name: str,
+    cuda_sources: str = "",
+    cpp_sources: str = "",
+    functions: tuple[str, ...] | None = None,
+    extra_cflags: tuple[str, ...] = (),
+    extra_cuda_cflags: tuple[str, ...] = (),
+    extra_ldflags: tuple[str, ...] = (),
+    extra_include_paths: tuple[str, ...] = (),
+    arch: str | None = None,
+    cache_dir: Path | None = None,
+) -> Path:
+    """Build a torch C++/CUDA extension (``load_inline`` semantics); returns the cached .so."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise CompileError(f"extension name {name!r} must be a Python identifier")
+    arch = normalize_arch(arch or default_arch())
+    cache_dir = cache_dir or compile_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    spec = dict(cuda_sources=cuda_sources, cpp_sources=cpp_sources, functions=list(functions) if functions else None,
+                extra_cflags=list(extra_cflags), extra_cuda_cflags=list(extra_cuda_cflags),
+                extra_ldflags=list(extra_ldflags), extra_include_paths=list(extra_include_paths))
+    key = _key("extension", name, spec, arch, torch.__version__, nvcc_version() if cuda_sources else "")
+    module_name = f"{name}_{key[:12]}"
+    target = cache_dir / f"ext-{key}" / f"{module_name}.so"
+    if target.exists():
+        return target
+    with FileLock(str(cache_dir / f"{key}.lock")):
+        if target.exists():
+            return target
+        with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
+            build_dir = Path(tmp)
+            (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
+            cmd = [sys.executable, "-m", "sandbox.runtime.extension_builder", str(build_dir / "spec.json")]
+            _run_compiler(cmd, build_dir, "extension build", extra_read=[str(Path(torch.__file__).parent)])
+            target.parent.mkdir(exist_ok=True)
+            os.replace(build_dir / f"{module_name}.so", target)
+    return target

@@ -1,0 +1,137 @@
+"""Loading cubins and launching their kernels on torch tensors, through the CUDA driver API.
+
+No extra Python dependency: libcuda is called through ctypes. Kernel parameters are packed
+from their sizes as the driver reports them (``cuFuncGetParamInfo``): a tensor becomes its
+device pointer, an int a 4- or 8-byte integer, a float a float or double.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+from pathlib import Path
+from typing import Any, Sequence
+
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CUDA_ERROR_INVALID_VALUE = 1
+
+
+class CudaDriverError(RuntimeError):
+    pass
+
+
+@cache
+def _lib() -> ctypes.CDLL:
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as error:
+        raise CudaDriverError("the CUDA driver (libcuda.so.1) is not available: raw kernels need an NVIDIA GPU") from error
+    lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return lib
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        text = ctypes.c_char_p()
+        _lib().cuGetErrorString(result, ctypes.byref(text))
+        raise CudaDriverError(f"{what} failed: CUDA error {result} ({(text.value or b'?').decode()})")
+
+
+def _ensure_context() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise CudaDriverError("raw CUDA kernels need a GPU; this process sees none (device mode cpu?)")
+    torch.cuda.current_stream().synchronize()  # makes the primary context current on this thread
+
+
+class CudaKernel:
+    """A kernel from a loaded cubin. Call it as ``kernel(grid, block, args, shared_mem=0)``."""
+
+    def __init__(self, module: ctypes.c_void_p, name: str):
+        self.name = name
+        self._function = ctypes.c_void_p()
+        _check(_lib().cuModuleGetFunction(ctypes.byref(self._function), module, name.encode()), f"finding kernel {name!r} (is it extern \"C\"?)")
+        self.param_sizes = self._param_sizes()
+        self._shared_limit = 48 * 1024
+
+    def _param_sizes(self) -> list[int]:
+        sizes = []
+        while True:
+            offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+            result = _lib().cuFuncGetParamInfo(self._function, ctypes.c_size_t(len(sizes)), ctypes.byref(offset), ctypes.byref(size))
+            if result == _CUDA_ERROR_INVALID_VALUE:
+                return sizes
+            _check(result, "cuFuncGetParamInfo")
+            sizes.append(size.value)
+
+    def _pack(self, args: Sequence[Any]) -> list[ctypes._SimpleCData]:
+        import torch
+
+        if len(args) != len(self.param_sizes):
+            raise TypeError(f"kernel {self.name} takes {len(self.param_sizes)} arguments, got {len(args)}")
+        packed = []
+        for index, (value, size) in enumerate(zip(args, self.param_sizes)):
+            where = f"argument {index} of kernel {self.name}"
+            if isinstance(value, torch.Tensor):
+                if not value.is_cuda:
+                    raise TypeError(f"{where}: tensor is on {value.device}, not a GPU")
+                if size != 8:
+                    raise TypeError(f"{where}: got a tensor but the kernel takes a {size}-byte value")
+                packed.append(ctypes.c_uint64(value.data_ptr()))
+            elif isinstance(value, ctypes._SimpleCData):
+                if ctypes.sizeof(value) != size:
+                    raise TypeError(f"{where}: {type(value).__name__} is {ctypes.sizeof(value)} bytes, the kernel takes {size}")
+                packed.append(value)
+            elif isinstance(value, bool):
+                packed.append({1: ctypes.c_bool, 4: ctypes.c_int32}[size](value))
+            elif isinstance(value, int):
+                if size == 4:
+                    packed.append(ctypes.c_int32(value) if value < 2**31 else ctypes.c_uint32(value))
+                elif size == 8:
+                    packed.append(ctypes.c_int64(value) if value < 2**63 else ctypes.c_uint64(value))
+                else:
+                    raise TypeError(f"{where}: an int cannot fill a {size}-byte parameter")
+            elif isinstance(value, float):
+                if size not in (4, 8):
+                    raise TypeError(f"{where}: a float cannot fill a {size}-byte parameter")
+                packed.append(ctypes.c_float(value) if size == 4 else ctypes.c_double(value))
+            else:
+                raise TypeError(f"{where}: cannot pass {type(value).__name__} (use a tensor, int, float or ctypes value)")
+        return packed
+
+    def __call__(self, grid, block, args: Sequence[Any] = (), shared_mem: int = 0, stream: Any = None, cooperative: bool = False) -> None:
+        import torch
+
+        grid = tuple(grid) + (1,) * (3 - len(tuple(grid)))
+        block = tuple(block) + (1,) * (3 - len(tuple(block)))
+        if shared_mem > self._shared_limit:
+            _check(_lib().cuFuncSetAttribute(self._function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_mem)),
+                   f"raising the dynamic shared memory of {self.name} to {shared_mem} bytes")
+            self._shared_limit = shared_mem
+        packed = self._pack(args)
+        pointers = (ctypes.c_void_p * max(len(packed), 1))(*[ctypes.cast(ctypes.pointer(p), ctypes.c_void_p) for p in packed])
+        handle = (stream if stream is not None else torch.cuda.current_stream()).cuda_stream
+        if cooperative:
+            result = _lib().cuLaunchCooperativeKernel(self._function, *map(ctypes.c_uint, grid), *map(ctypes.c_uint, block),
+                                                     ctypes.c_uint(shared_mem), ctypes.c_void_p(handle), pointers)
+        else:
+            result = _lib().cuLaunchKernel(self._function, *map(ctypes.c_uint, grid), *map(ctypes.c_uint, block),
+                                          ctypes.c_uint(shared_mem), ctypes.c_void_p(handle), pointers, None)
+        _check(result, f"launching {self.name} with grid {grid} block {block}")
+
+
+class CudaModule:
+    """A loaded cubin; ``module.kernel(name)`` gives its kernels."""
+
+    def __init__(self, cubin: Path):
+        _ensure_context()
+        image = cubin.read_bytes()
+        self._module = ctypes.c_void_p()
+        _check(_lib().cuModuleLoadData(ctypes.byref(self._module), ctypes.c_char_p(image)), f"loading {cubin.name}")
+        self._kernels: dict[str, CudaKernel] = {}
+
+    def kernel(self, name: str) -> CudaKernel:
+        if name not in self._kernels:
+            self._kernels[name] = CudaKernel(self._module, name)
+        return self._kernels[name]
