@@ -39,6 +39,7 @@ class Load:
 class RunTrials:
     seeds: tuple[int, ...]
     isolated_calls: int = 1  # the first calls run with a host sync around them; the rest back-to-back
+    include_native: bool = False  # reference only: also return the native-precision outputs (problem lint)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class ReferenceOutput:
     dtypes: list[str]
     native_max_abs_err: list[float]
     native_rms_err: list[float]
+    native: list[Any] | None = None  # the native-precision outputs, when asked for
 
 
 @dataclass

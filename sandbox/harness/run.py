@@ -358,6 +358,31 @@ def _unpacked(output):
     """Turn the packed tensors of a rank's reply back into tensors (other leaves stay as they are)."""
     import dataclasses
 
-    field = "expected" if isinstance(output, p.ReferenceOutput) else "outputs"
-    leaves = [leaf.unpack() if isinstance(leaf, p.PackedTensor) else leaf for leaf in getattr(output, field)]
-    return dataclasses.replace(output, **{field: leaves})
+    def unpack(leaves):
+        return None if leaves is None else [leaf.unpack() if isinstance(leaf, p.PackedTensor) else leaf for leaf in leaves]
+
+    if isinstance(output, p.ReferenceOutput):
+        return dataclasses.replace(output, expected=unpack(output.expected), native=unpack(output.native))
+    return dataclasses.replace(output, outputs=unpack(output.outputs))
+
+
+def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tuple[int, ...] = (0,), size: str | None = None,
+                  dtype: str | None = None, include_native: bool = True, timeout_s: float = 300.0) -> list[list[p.ReferenceOutput]]:
+    """Run a problem's reference on ``world`` ranks for each seed (no candidate, no cache);
+    returns ``[rank][seed]`` outputs. Used by the problem lint and tests."""
+    import tempfile
+
+    config = HarnessConfig(problem=problem.name, world=world, device=device, size=size, dtype=dtype, timed=False)
+    with tempfile.TemporaryDirectory(prefix="kloop-reference-") as tmp:
+        evaluation = Evaluation(config, Path(tmp), problem=problem)
+        evaluation.candidate_dir = evaluation.log_dir = Path(tmp)
+        evaluation.ctx = _context()
+        group = evaluation._start_group("reference")
+        try:
+            evaluation._await_ready(group)
+            evaluation._expect_done(group.request(p.Load(), timeout_s, "reference load"), "reference")
+            replies = evaluation._expect_done(group.request(p.RunTrials(tuple(seeds), include_native=include_native), timeout_s, "reference run"), "reference")
+            return [[_unpacked(out) for out in reply.payload] for reply in replies]
+        finally:
+            group.close()
+            evaluation.compile_server.close()

@@ -158,10 +158,10 @@ class _Rank:
 
     def run_trials(self, command: p.RunTrials) -> list:
         if self.args.role == "reference":
-            return [self._reference_trial(seed) for seed in command.seeds]
+            return [self._reference_trial(seed, command.include_native) for seed in command.seeds]
         return self._candidate_trials(command)
 
-    def _reference_trial(self, seed: int) -> p.ReferenceOutput:
+    def _reference_trial(self, seed: int, include_native: bool = False) -> p.ReferenceOutput:
         torch = self.torch
         inputs = self._inputs(seed)
         native = _flatten(self._call(inputs))
@@ -188,6 +188,7 @@ class _Rank:
         return p.ReferenceOutput(
             expected=cpu, shapes=[tuple(t.shape) for t in native], dtypes=[str(t.dtype).removeprefix("torch.") for t in native],
             native_max_abs_err=max_errs, native_rms_err=rms_errs,
+            native=[p.PackedTensor.of(t) for t in native] if include_native else None,
         )
 
     def _candidate_trials(self, command: p.RunTrials) -> list[p.CandidateOutput]:
