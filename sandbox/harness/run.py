@@ -46,13 +46,19 @@ class Verdict(Exception):
 
 
 def _context():
+    """The forkserver that forks rank processes; started now so that its torch import overlaps
+    the parent's own."""
+    from multiprocessing import forkserver
+
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["sandbox.harness.preload"])
+    forkserver.ensure_running()
     return ctx
 
 
 class Evaluation:
     def __init__(self, config: HarnessConfig, workdir: Path, problem: Problem | None = None):
+        self.ctx = _context()
         self.config = config
         self.workdir = workdir.resolve()
         self.problem = problem or get_problem(config.problem)
@@ -74,7 +80,7 @@ class Evaluation:
         started = time.monotonic()
         try:
             self._timed_stage("static", self._static_checks)
-            self._prepare()
+            self._timed_stage("startup", self._prepare)
             self._timed_stage("reference", self._reference)
             self._timed_stage("build", self._build)
             self._timed_stage("correctness", self._correctness)
@@ -95,10 +101,12 @@ class Evaluation:
             self.report.status = "timeout"
             self.report.message = f"{timeout}: a spin-wait that never got its signal, a deadlock between ranks, or just too slow"
         finally:
+            teardown = time.monotonic()
             for group in self.groups:
                 group.close(timeout_s=5.0)
             self.compile_server.close()
             self._attach_logs()
+            self.report.stage_wall_s["teardown"] = round(time.monotonic() - teardown, 3)
             self.report.wall_s = round(time.monotonic() - started, 3)
         return self.report
 
@@ -135,7 +143,6 @@ class Evaluation:
         self.timing_seed = mixed_seed(self.config.seed + 10_000, secret)
         if self.config.device != "cpu":
             self.device_name = topology.gpu_model_name() or "unknown-gpu"
-        self.ctx = _context()
         self.candidate = self._start_group("candidate")
 
     def _start_group(self, role: p.Role) -> RankGroup:
@@ -376,7 +383,6 @@ def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tupl
     with tempfile.TemporaryDirectory(prefix="kloop-reference-") as tmp:
         evaluation = Evaluation(config, Path(tmp), problem=problem)
         evaluation.candidate_dir = evaluation.log_dir = Path(tmp)
-        evaluation.ctx = _context()
         group = evaluation._start_group("reference")
         try:
             evaluation._await_ready(group)

@@ -1,0 +1,69 @@
+"""Wall time of one full evaluation (correctness trials + timing), cold and warm, per stage.
+
+Cold: empty compile cache, reference cache and seed secret. Warm: the same evaluation again.
+
+    python benchmarks/eval_latency.py --device cuda --world 1            # the H200 target
+    python benchmarks/eval_latency.py --device cpu --world 2 --candidate tests/candidates/all_reduce_fp32.py --allow-nccl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sandbox.backends import LocalSandbox  # noqa: E402
+from sandbox.evaluate import evaluate_in  # noqa: E402
+from sandbox.harness.config import HarnessConfig  # noqa: E402
+
+STAGES = ("static", "reference", "build", "correctness", "performance", "recheck", "profile")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--problem", default="all_reduce")
+    parser.add_argument("--candidate", default=str(ROOT / "tests/candidates/all_reduce_symm.py"))
+    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda", "emulate"])
+    parser.add_argument("--world", type=int, default=1)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--warm-runs", type=int, default=2)
+    parser.add_argument("--profile", action="store_true", help="include the profile stage")
+    parser.add_argument("--allow-nccl", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args()
+
+    source = Path(args.candidate).read_text()
+    config = HarnessConfig(problem=args.problem, world=args.world, device=args.device, trials=args.trials,
+                           profile=args.profile, allow_nccl=args.allow_nccl)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kloop-bench-cache-") as cache:
+        for run in range(1 + args.warm_runs):
+            label = "cold" if run == 0 else f"warm {run}"
+            with LocalSandbox(env={"KLOOP_CACHE_DIR": cache}) as box:
+                started = time.monotonic()
+                report = evaluate_in(box, source, config)
+                wall = time.monotonic() - started
+            if report.status != "correct":
+                print(f"{label}: {report.status}: {report.message}", file=sys.stderr)
+                return 1
+            rows.append({"run": label, "wall_s": round(wall, 2), "harness_s": report.wall_s, "reference_cache": report.reference_cache,
+                         **{stage: report.stage_wall_s.get(stage) for stage in STAGES}, "speedup": report.speedup})
+    header = ["run", "wall_s", "harness_s", "reference_cache", *STAGES, "speedup"]
+    print(f"eval latency: {args.problem}, {args.device}, world {args.world}, {args.trials} trials + recheck + timing"
+          f"{' + profile' if args.profile else ''}")
+    print(" | ".join(f"{h:>11}" for h in header))
+    for row in rows:
+        print(" | ".join(f"{'-' if row[h] is None else row[h]!s:>11}" for h in header))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The harness end to end on CPU (gloo), through the local sandbox, at world sizes 2, 4 and 8."""
+
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sandbox.evaluate import evaluate_in
+from sandbox.harness.config import HarnessConfig, StageTimeouts
+from tests.candidates import source
+
+WORLDS = [2, 4, 8]
+
+
+def config(world, **overrides):
+    base = dict(problem="all_reduce", world=world, device="cpu", allow_nccl=True, timed=False, trials=3)
+    return HarnessConfig(**{**base, **overrides})
+
+
+def leftover_processes(marker: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("KLOOP_SANDBOX") == marker:
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_fp32_accumulation_beats_the_bf16_reference_and_passes(local_sandbox, world):
+    report = evaluate_in(local_sandbox, source("all_reduce_fp32"), config(world, timed=True, iterations=10, warmup=2))
+    assert report.status == "correct", report.message
+    assert [v.ok for v in report.ranks] == [True] * world
+    # It differs from the native bf16 reference by more than a plain 1e-2 tolerance would allow...
+    assert max(v.max_abs_err for v in report.ranks) < 0.5
+    assert report.reference_timing and report.candidate_timing and report.speedup > 0
+    assert "landlock-abi7" in report.isolation or any(m.startswith("landlock") for m in report.isolation)
+
+
+def test_fp32_candidate_differs_from_native_reference_by_more_than_1e_2():
+    """The premise of the test above: against the bf16 reference itself, a 1e-2 allclose fails."""
+    import torch
+
+    from problems import get_problem
+    from sandbox.harness.run import run_reference
+
+    outputs = run_reference(get_problem("all_reduce"), 4, seeds=(5,))
+    native, upcast = outputs[0][0].native[0], outputs[0][0].expected[0]
+    fp32_candidate = upcast.to(torch.bfloat16)  # what a sum in fp32 rounded once gives
+    assert (fp32_candidate.float() - native.float()).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_different_summation_order_passes(local_sandbox, world):
+    report = evaluate_in(local_sandbox, source("all_reduce_gather_sum"), config(world))
+    assert report.status == "correct", report.message
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_wrong_rank_is_named(local_sandbox, world):
+    report = evaluate_in(local_sandbox, source("all_reduce_wrong_rank"), config(world))
+    assert report.status == "wrong"
+    assert report.mismatch.rank == world - 1
+    assert f"rank {world - 1}" in report.message
+    assert report.mismatch.max_abs_err > 1.0 and report.mismatch.mismatched > 0
+    assert [v.ok for v in report.ranks] == [True] * (world - 1) + [False]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_hang_times_out_and_leaves_nothing_behind(local_sandbox, world):
+    limit = 8.0
+    cfg = config(world, timeouts=StageTimeouts(correctness_s=limit))
+    started = time.monotonic()
+    report = evaluate_in(local_sandbox, source("all_reduce_hang"), cfg)
+    elapsed = time.monotonic() - started
+    assert report.status == "timeout", report.message
+    assert "correctness" in report.message
+    assert elapsed < limit + 25, elapsed
+    assert leftover_processes(local_sandbox.marker) == []
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_crash_on_one_rank_is_crashed_and_names_it(local_sandbox, world):
+    report = evaluate_in(local_sandbox, source("all_reduce_crash_one_rank"), config(world))
+    assert report.status == "crashed"
+    assert "rank 1" in report.message and "boom on rank 1" in report.message
+    assert any("boom on rank 1" in excerpt.text() for excerpt in report.logs)
+    assert leftover_processes(local_sandbox.marker) == []
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_input_mutation_is_caught(local_sandbox, world):
+    report = evaluate_in(local_sandbox, source("all_reduce_mutates_input"), config(world))
+    assert report.status == "wrong"
+    assert report.mismatch.kind == "input_modified"
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_returning_the_first_result_forever_is_caught(local_sandbox, world):
+    report = evaluate_in(local_sandbox, source("all_reduce_stale"), config(world))
+    assert report.status == "wrong"
+    assert report.mismatch.trial == 1
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_write_outside_the_work_dir_is_rejected(local_sandbox, world, tmp_path):
+    target = Path("/tmp") / f"kloop-escape-{uuid.uuid4().hex}"
+    code = source("all_reduce_escape_write").replace("/tmp/kloop-escape-marker", str(target))
+    report = evaluate_in(local_sandbox, code, config(world))
+    assert report.status == "rejected", report.message
+    assert str(target) in report.message
+    assert not target.exists()
+
+
+def test_recheck_after_timing_catches_drift(local_sandbox):
+    drifting = source("all_reduce_fp32").replace(
+        "    total = tensor.float()",
+        "    CALLS.append(1)\n    total = tensor.float() * (1.0 if len(CALLS) < 12 else 1.5)",
+    ).replace("@torch.no_grad()", "CALLS = []\n\n\n@torch.no_grad()")
+    report = evaluate_in(local_sandbox, drifting, config(2, timed=True, warmup=2, iterations=10))
+    assert report.status == "wrong"
+    assert report.mismatch.trial == 3  # the recheck trial comes after the 3 correctness trials
+    assert any("after many calls" in note for note in report.notes)
