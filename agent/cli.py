@@ -75,7 +75,7 @@ def eval_command(
     solution: Path = typer.Argument(..., help="Python file defining solution(*inputs)"),
     world: int = typer.Option(2, "--world", "-w", help="number of ranks"),
     device: Device = typer.Option(Device.cpu, "--device", "-d", help="cpu (gloo), cuda (one GPU per rank) or emulate (all ranks on one GPU)"),
-    size: Optional[str] = typer.Option(None, help="named problem size (default: small on cpu, default on GPUs)"),
+    size: Optional[str] = typer.Option(None, help="named problem size (default: `default` in cuda mode, `small` on cpu and in emulation)"),
     trials: int = typer.Option(5, min=1, max=100, help="correctness trials with fresh seeds"),
     timed: Optional[bool] = typer.Option(None, "--timed/--no-timed", help="time reference and candidate (default: yes, except emulate)"),
     allow_nccl: bool = typer.Option(False, help="allow the solution to call torch.distributed collectives"),

@@ -16,10 +16,10 @@ def config(world, device, **overrides):
     return HarnessConfig(problem="all_reduce", world=world, device=device, **overrides)
 
 
-@pytest.mark.parametrize("world", [2, 4, 8])
-def test_symmetric_memory_all_reduce_passes_in_emulation(local_sandbox, world):
-    report = evaluate_in(local_sandbox, SYMM, config(world, "emulate", trials=5))
-    print(f"\nemulate world {world}: {report.status}: {report.message} ({report.wall_s:.1f} s) stages {report.stage_wall_s}")
+@pytest.mark.parametrize("world,size", [(2, "small"), (4, "small"), (8, "small"), (2, "default")])
+def test_symmetric_memory_all_reduce_passes_in_emulation(local_sandbox, world, size):
+    report = evaluate_in(local_sandbox, SYMM, config(world, "emulate", trials=5, size=size))
+    print(f"\nemulate world {world} {size}: {report.status}: {report.message} ({report.wall_s:.1f} s) stages {report.stage_wall_s}")
     assert report.status == "correct", report.model_dump_json(indent=1)
     assert report.candidate_timing is None  # emulation is never timed
 

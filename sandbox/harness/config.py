@@ -24,7 +24,7 @@ class HarnessConfig(BaseModel):
     world: int = Field(2, ge=1, le=64)
     device: DeviceMode = "cpu"
     dtype: str | None = None
-    size: str | None = Field(None, description="a named shape of the problem; default: small on cpu, default elsewhere")
+    size: str | None = Field(None, description="a named shape of the problem; default: `default` in cuda mode, `small` otherwise")
     trials: int = Field(5, ge=1, le=100)
     seed: int = 0
     timed: bool | None = Field(None, description="time reference and candidate; default: yes except in emulate mode")
@@ -38,7 +38,7 @@ class HarnessConfig(BaseModel):
     timeouts: StageTimeouts = Field(default_factory=StageTimeouts)
 
     def resolved_size(self) -> str:
-        return self.size or ("small" if self.device == "cpu" else "default")
+        return self.size or ("default" if self.device == "cuda" else "small")
 
     def is_timed(self) -> bool:
         return self.device != "emulate" if self.timed is None else (self.timed and self.device != "emulate")

@@ -244,6 +244,15 @@ class Evaluation:
         self._candidate_failure(replies)
         self._judge([[_unpacked(out) for out in r.payload] for r in replies], list(range(trials)), back_to_back_from=1)
 
+    def _compare_device(self):
+        """Where outputs are compared: the first GPU when there is one (a 32M-element compare
+        takes milliseconds there, most of a second on the CPU), else the CPU."""
+        import torch
+
+        if not hasattr(self, "_device_for_compare"):
+            self._device_for_compare = torch.device("cuda", 0) if self.config.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
+        return self._device_for_compare
+
     def _judge(self, per_rank: list[list[p.CandidateOutput]], trial_indices: list[int], back_to_back_from: int | None = None,
                after_timing: bool = False) -> None:
         spec = self.problem.spec
@@ -257,7 +266,8 @@ class Evaluation:
                     mismatch = Mismatch(rank=rank, trial=trial, kind="input_modified",
                                         detail=f"input {output.modified_inputs[0]} was modified; solutions must not write their inputs")
                 else:
-                    mismatch = compare_outputs(expected, output.outputs, spec.atol, spec.rtol, rank, trial)
+                    device = self._compare_device()
+                    mismatch = compare_outputs(_on(expected, device), _on(output, device).outputs, spec.atol, spec.rtol, rank, trial)
                 if mismatch is not None and first is None:
                     first = mismatch
                 if first is not None and mismatch is not None and mismatch.trial == first.trial:
@@ -269,7 +279,8 @@ class Evaluation:
             last = len(trial_indices) - 1
             self.report.ranks = []
             for rank in range(self.config.world):
-                max_abs, max_rel = error_summary(self.expected[rank][trial_indices[last]], per_rank[rank][last].outputs)
+                device = self._compare_device()
+                max_abs, max_rel = error_summary(_on(self.expected[rank][trial_indices[last]], device), _on(per_rank[rank][last], device).outputs)
                 self.report.ranks.append(RankVerdict(rank=rank, ok=True, max_abs_err=max_abs, max_rel_err=max_rel))
             return
         failed_ranks = {v.rank for v in verdicts}
@@ -361,16 +372,27 @@ class Evaluation:
                 self.report.logs.append(LogExcerpt.of(f"candidate rank {rank} output", text, keep_chars=2000))
 
 
-def _unpacked(output):
-    """Turn the packed tensors of a rank's reply back into tensors (other leaves stay as they are)."""
+def _map_leaves(output, fn):
+    """The same rank output with ``fn`` applied to each of its leaves."""
     import dataclasses
 
-    def unpack(leaves):
-        return None if leaves is None else [leaf.unpack() if isinstance(leaf, p.PackedTensor) else leaf for leaf in leaves]
+    def convert(leaves):
+        return None if leaves is None else [fn(leaf) for leaf in leaves]
 
     if isinstance(output, p.ReferenceOutput):
-        return dataclasses.replace(output, expected=unpack(output.expected), native=unpack(output.native))
-    return dataclasses.replace(output, outputs=unpack(output.outputs))
+        return dataclasses.replace(output, expected=convert(output.expected), native=convert(output.native))
+    return dataclasses.replace(output, outputs=convert(output.outputs))
+
+
+def _unpacked(output):
+    """Packed tensors of a rank's reply turned back into tensors (other leaves kept)."""
+    return _map_leaves(output, lambda leaf: leaf.unpack() if isinstance(leaf, p.PackedTensor) else leaf)
+
+
+def _on(output, device):
+    import torch
+
+    return _map_leaves(output, lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf)
 
 
 def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tuple[int, ...] = (0,), size: str | None = None,

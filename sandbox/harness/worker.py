@@ -23,6 +23,7 @@ _perf_counter = time.perf_counter
 def main(conn, args: p.WorkerArgs) -> None:
     os.setpgid(0, 0)  # the parent kills the rank and anything it started as one group
     _die_with_parent()
+    sys.dont_write_bytecode = True  # lazy imports must not write into the (unwritable) installation
     log_fd = os.open(args.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)

@@ -181,7 +181,8 @@ def build_extension(
         with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
             build_dir = Path(tmp)
             (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
-            cmd = [sys.executable, "-m", "sandbox.runtime.extension_builder", str(build_dir / "spec.json")]
+            builder = str(Path(__file__).with_name("extension_builder.py"))  # by path: needs no import of `sandbox`
+            cmd = [sys.executable, builder, str(build_dir / "spec.json")]
             _run_compiler(cmd, build_dir, "extension build", extra_read=[str(Path(torch.__file__).parent)])
             target.parent.mkdir(exist_ok=True)
             os.replace(build_dir / f"{module_name}.so", target)

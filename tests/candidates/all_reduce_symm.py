@@ -12,7 +12,7 @@ import torch.distributed as dist
 from sandbox import runtime
 
 TRAILING_BARRIER = True
-BLOCKS, THREADS = 32, 512
+BLOCKS, THREADS = 128, 512
 
 SOURCE = r"""
 #include <cuda_bf16.h>
