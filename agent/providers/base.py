@@ -1,0 +1,144 @@
+"""The provider protocol: messages in, one ``ModelResponse`` out, errors as small exceptions.
+
+Every provider (OpenAI-compatible, Anthropic, scripted, replay) speaks these types; nothing
+above ``agent.providers`` sees an SDK object.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error"]
+
+
+class ToolCall(BaseModel):
+    """One call of a tool the model asked for. ``raw_arguments`` keeps the model's text when it
+    was not a JSON object (``arguments`` is then empty), so the caller can tell the model so."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    raw_arguments: str | None = None
+
+
+class Message(BaseModel):
+    """One chat message. ``tool_calls`` only on assistant messages, ``tool_call_id`` only on
+    tool results. ``thinking_blocks`` are opaque provider blocks (Anthropic thinking with its
+    signature) that must go back verbatim with the assistant turn they came from."""
+
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    thinking_blocks: list[dict[str, Any]] | None = None
+
+
+class ToolSpec(BaseModel):
+    """A tool in neutral form: ``parameters`` is a JSON schema of the arguments object."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class Usage(BaseModel):
+    """Tokens of one call, 0 when the provider did not say.
+
+    ``input_tokens`` counts every prompt token, cached ones included; ``cached_input_tokens``
+    (read from a prompt cache) and ``cache_write_input_tokens`` (Anthropic cache creation) are
+    parts of it. ``reasoning_tokens`` are part of ``output_tokens`` (and billed as output)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_write_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
+
+
+class ModelResponse(BaseModel):
+    """What one ``complete`` call returned. ``cost_usd`` is None when the price is unknown.
+    ``latency_s`` is the whole call, retries and waits included."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: FinishReason = "stop"
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+    model: str = ""
+    latency_s: float = 0.0
+    attempts: int = 1
+    thinking: str | None = None
+    thinking_blocks: list[dict[str, Any]] | None = None
+
+    def to_message(self) -> Message:
+        """The assistant message to append to the conversation for the next turn."""
+        return Message(role="assistant", content=self.text, tool_calls=list(self.tool_calls) or None,
+                       thinking_blocks=self.thinking_blocks)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model. ``spec`` is the string it was made from (``openai:gpt-5``), ``name`` the
+    model id (``gpt-5``)."""
+
+    name: str
+    spec: str
+
+    def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None) -> ModelResponse: ...
+
+
+class ProviderError(Exception):
+    """A model call failed; the message says why and, where it can, what to do."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.retry_after_s = retry_after_s
+
+
+class RateLimited(ProviderError):
+    """HTTP 429: retried, after ``retry_after_s`` when the server said how long."""
+
+
+class TransientError(ProviderError):
+    """5xx, 529 overloaded, connection errors, timeouts: retried with backoff."""
+
+
+class FatalProviderError(ProviderError):
+    """Bad key, bad request, unknown model, a body that cannot be parsed: never retried."""
+
+
+class MissingApiKey(FatalProviderError):
+    """No API key: the message names the environment variable to set."""
+
+    def __init__(self, env_var: str, provider: str):
+        super().__init__(f"{provider} needs an API key: set the environment variable {env_var} "
+                         f"(or pass api_key=...)")
+        self.env_var = env_var
+
+
+class RetriesExhausted(ProviderError):
+    """Every allowed attempt failed (or the deadline passed); ``last_error`` is the last one."""
+
+    def __init__(self, last_error: ProviderError, attempts: int, reason: str = ""):
+        why = reason or f"after {attempts} attempt{'s' if attempts != 1 else ''}"
+        super().__init__(f"model call failed {why}: {last_error.message}", status_code=last_error.status_code)
+        self.last_error = last_error
+        self.attempts = attempts
+
+
+class ScriptExhausted(FatalProviderError):
+    """A scripted or replayed model was asked for more responses than it has."""
+
+
+class InvalidModelSpec(ValueError):
+    """``make_model`` was given a spec or options it does not understand."""
