@@ -125,6 +125,131 @@ def problems_command(as_json: bool = typer.Option(False, "--json", help="print a
     console.print(table)
 
 
+class Mode(str, enum.Enum):
+    loop = "loop"
+    single = "single"
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """``["reasoning_effort=high", "thinking_budget_tokens=8000"]`` -> typed dict (YAML scalars)."""
+    import yaml
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--model-option takes KEY=VALUE, got {pair!r}")
+        options[key.strip()] = yaml.safe_load(value)
+    return options
+
+
+def build_model(spec: str, options: dict):
+    from agent.providers import InvalidModelSpec, MissingApiKey, make_model
+
+    try:
+        return make_model(spec, **options)
+    except (InvalidModelSpec, MissingApiKey) as error:
+        raise UserError(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - e.g. a missing script file: one line, not a traceback
+        raise UserError(f"cannot create model {spec!r}: {error}") from None
+
+
+def step_line(record: dict, steps: int) -> str:
+    speed = f"{record['speedup']:.2f}x" if record.get("speedup") is not None else "-"
+    cost = f"${record['cost_usd']:.3f}" if record.get("cost_usd") is not None else "$?"
+    status = record["status"]
+    style = STATUS_COLORS.get(status, "yellow")
+    return (f"step {record['step']:>2}/{steps}  [{style}]{status:<14}[/]  {speed:>8}  {record['tokens'] / 1000:>7.1f}k tok  {cost:>8}  "
+            f"{record['wall_s']:>6.1f} s  {record.get('message', '')[:90]}")
+
+
+STATUS_COLORS = {"correct": "green", "wrong": "red", "build_failed": "yellow", "crashed": "red", "timeout": "magenta",
+                 "rejected": "red", "provider_error": "red"}
+
+
+@app.command("run")
+def run_command(
+    problem: str = typer.Argument(..., help="problem name (see `kloop problems`)"),
+    model: str = typer.Option(..., "--model", "-m", help="provider:model (openai:, anthropic:, together:, vllm:, ..., scripted:demo)"),
+    model_option: list[str] = typer.Option([], "--model-option", "-o", help="provider option KEY=VALUE (e.g. reasoning_effort=high)"),
+    mode: Mode = typer.Option(Mode.loop, help="loop: revise with feedback; single: one answer"),
+    steps: int = typer.Option(10, min=1, help="model calls in loop mode"),
+    world: int = typer.Option(2, "--world", "-w"),
+    device: Device = typer.Option(Device.cpu, "--device", "-d"),
+    size: Optional[str] = typer.Option(None, help="named problem size"),
+    trials: int = typer.Option(5, min=1, max=100),
+    allow_nccl: bool = typer.Option(False, help="allow torch.distributed collectives in solutions"),
+    sandbox: str = typer.Option("local", help="local or docker"),
+    out: Path = typer.Option(Path("runs"), help="runs are written under this folder"),
+    target_speedup: Optional[float] = typer.Option(None, help="stop once a correct solution is this much faster"),
+    max_tokens: Optional[int] = typer.Option(None, help="token budget for the run"),
+    max_cost: Optional[float] = typer.Option(None, help="cost budget in USD"),
+    max_wall: Optional[float] = typer.Option(None, help="wall-time budget in seconds"),
+    examples: bool = typer.Option(True, help="show oracle solutions as in-context examples"),
+) -> None:
+    """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
+    from agent.budget import Budget
+    from agent.loop import Agent
+    from agent.run_config import RunConfig
+    from agent.session import EvaluationSession
+    from agent.trajectory import Trajectory, new_run_folder
+    from sandbox.backends import SandboxError
+
+    spec = resolve_problem(problem)
+    if size is not None and size not in spec.spec.shapes:
+        raise UserError(f"{problem} has no size {size!r}; it has {', '.join(spec.spec.shapes)}")
+    check_world(spec, world, device)
+    options = parse_options(model_option)
+    llm = build_model(model, options)
+    config = RunConfig(problem=problem, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
+                       budget=Budget(steps=1 if mode == Mode.single else steps, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall),
+                       harness=harness_config(problem, world, device, size, trials, None, allow_nccl, True),
+                       sandbox=sandbox, out=out, examples=examples)
+    folder = new_run_folder(out, problem, model)
+    (folder / "config.json").write_text(config.model_dump_json(indent=2))
+    trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json")})
+    console.print(f"[bold]{problem}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; run folder {folder}")
+    try:
+        with EvaluationSession(sandbox, config.harness, **config.sandbox_options) as session:
+            agent = Agent(llm, spec, config, session.evaluate, trajectory,
+                          on_step=lambda record: console.print(step_line(record, config.budget.steps), highlight=False))
+            with console.status("working (model call, then evaluation)...", spinner="dots"):
+                exit_status = agent.run()
+    except SandboxError as error:
+        raise UserError(str(error)) from None
+    best = agent.best
+    spend = agent.spend
+    cost = f"${spend.cost_usd:.3f}" if spend.cost_known else "unknown (no price for this model)"
+    console.print(f"\n[bold]{exit_status}[/]: {trajectory.messages[-1]['content']}")
+    console.print(f"{spend.steps} model calls, {spend.input_tokens} input + {spend.output_tokens} output tokens, cost {cost}, "
+                  f"{spend.wall_s:.0f} s")
+    if best:
+        console.print(f"best solution: {folder / 'best' / 'solution.py'}")
+    console.print(f"trajectory: {trajectory.path}")
+    raise typer.Exit(0 if best else 1)
+
+
+@app.command("prompt")
+def prompt_command(
+    problem: str = typer.Argument(..., help="problem name"),
+    world: int = typer.Option(2, "--world", "-w"),
+    device: Device = typer.Option(Device.cuda, "--device", "-d"),
+    size: Optional[str] = typer.Option(None),
+    steps: int = typer.Option(10, min=1),
+    allow_nccl: bool = typer.Option(False),
+    examples: bool = typer.Option(True),
+) -> None:
+    """Print the first prompt (system + task) a model would get, without calling any model."""
+    from agent.prompting import system_prompt, task_prompt
+
+    spec = resolve_problem(problem)
+    config = harness_config(problem, world, device, size, 5, None, allow_nccl, True)
+    print("=== system ===")
+    print(system_prompt())
+    print("=== user ===")
+    print(task_prompt(spec, config, steps))
+
+
 class _null:
     def __enter__(self):
         return self
@@ -133,7 +258,18 @@ class _null:
         return False
 
 
+def configure_logging() -> None:
+    """Library events go to stderr, warnings and errors only (runs keep their full log in events.jsonl)."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
 def main() -> None:
+    configure_logging()
     try:
         app()
     except UserError as error:

@@ -112,6 +112,20 @@ class Problem:
             digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
 
+    def input_signature(self, world: int, size: str, dtype: str) -> list[str] | None:
+        """``["bfloat16[33554432]", ...]`` for rank 0's inputs, without allocating them (None if
+        the generator cannot run on fake tensors, e.g. data-dependent shapes)."""
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        try:
+            with FakeTensorMode():
+                generator = torch.Generator().manual_seed(0)
+                inputs = self.make_inputs(0, world, generator, torch.device("cpu"), getattr(torch, dtype), **self.shape(size))
+        except Exception:  # noqa: BLE001 - best effort: the prompt then shows the shape parameters only
+            return None
+        return [f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if isinstance(x, torch.Tensor) else repr(x) for x in inputs]
+
     def shape(self, size: str) -> dict[str, Any]:
         if size not in self.spec.shapes:
             raise KeyError(f"problem {self.name} has no size {size!r}; it has {sorted(self.spec.shapes)}")

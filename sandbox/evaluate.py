@@ -21,26 +21,29 @@ def harness_budget_s(config: HarnessConfig) -> float:
     return 2 * t.startup_s + 2 * t.build_s + 3 * t.correctness_s + 2 * t.performance_s + t.profile_s + HARNESS_SLACK_S
 
 
-def evaluate_in(box: Sandbox, source: str, config: HarnessConfig, filename: str = "solution.py") -> EvalReport:
-    """Run the harness on ``source`` inside the started sandbox ``box``."""
+def evaluate_in(box: Sandbox, source: str, config: HarnessConfig, filename: str = "solution.py", subdir: str = "") -> EvalReport:
+    """Run the harness on ``source`` inside the started sandbox ``box``, in its own ``subdir``
+    of the work dir when given (several evaluations of one episode share a sandbox)."""
     config = config.model_copy(update={"solution": filename})
-    box.write_file(filename, source)
-    box.write_file("harness.json", config.model_dump_json())
-    result = box.exec([box.python, "-m", "sandbox.harness", "--config", "harness.json"], timeout_s=harness_budget_s(config))
+    prefix = f"{subdir}/" if subdir else ""
+    box.write_file(prefix + filename, source)
+    box.write_file(prefix + "harness.json", config.model_dump_json())
+    result = box.exec([box.python, "-m", "sandbox.harness", "--config", "harness.json"], timeout_s=harness_budget_s(config),
+                      cwd=subdir or None)
     try:
         report = EvalReport.model_validate(json.loads(result.stdout))
     except (ValueError, ValidationError):
-        report = _no_report(config, result, box)
+        report = _no_report(config, result, box, prefix)
     report.isolation = sorted(set(box.isolation) | set(report.isolation))
     log.info("evaluated", problem=config.problem, status=report.status, wall_s=report.wall_s)
     return report
 
 
-def _no_report(config: HarnessConfig, result, box: Sandbox) -> EvalReport:
+def _no_report(config: HarnessConfig, result, box: Sandbox, prefix: str) -> EvalReport:
     why = "timed out" if result.timed_out else f"exited with code {result.returncode}"
     logs = [LogExcerpt.of("harness stderr", result.stderr)] if result.stderr.strip() else []
     try:
-        logs.append(LogExcerpt.of("harness log", box.read_file("logs/harness.log").decode(errors="replace")))
+        logs.append(LogExcerpt.of("harness log", box.read_file(prefix + "logs/harness.log").decode(errors="replace")))
     except Exception:  # noqa: BLE001 - the log may not exist
         pass
     return EvalReport(

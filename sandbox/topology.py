@@ -14,7 +14,7 @@ from sandbox.report import Roofline
 class Topology(BaseModel):
     gpu_name: str
     gpu_count: int = 1
-    link: str = Field("nvlink", description="nvlink, pcie or none")
+    link: str = Field("NVLink", description="NVLink, PCIe or none")
     link_gbps: float = Field(description="peer bandwidth one GPU can send at, GB/s per direction")
     hbm_gbps: float
     tflops: float = Field(description="dense bf16 matrix rate, TFLOP/s")

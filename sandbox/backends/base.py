@@ -43,7 +43,9 @@ class Sandbox(abc.ABC):
     def start(self) -> None: ...
 
     @abc.abstractmethod
-    def exec(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, input: bytes | None = None) -> ExecResult: ...
+    def exec(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, input: bytes | None = None,
+             cwd: str | None = None) -> ExecResult:
+        """Run ``cmd`` in ``cwd`` (relative to the work dir; the work dir itself by default)."""
 
     @abc.abstractmethod
     def write_file(self, path: str, content: bytes | str) -> None: ...

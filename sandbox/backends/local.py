@@ -81,11 +81,12 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"{path!r} is outside the sandbox work dir")
         return full
 
-    def exec(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, input: bytes | None = None) -> ExecResult:
+    def exec(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, input: bytes | None = None,
+             cwd: str | None = None) -> ExecResult:
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
-                cmd, cwd=self.workdir, env=sandbox_env(self.workdir, self.marker, {**self.extra_env, **(env or {})}),
+                cmd, cwd=self._path(cwd) if cwd else self.workdir, env=sandbox_env(self.workdir, self.marker, {**self.extra_env, **(env or {})}),
                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_limit_resources,
             )
