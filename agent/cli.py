@@ -62,11 +62,11 @@ def read_solution(path: Path) -> str:
 
 
 def harness_config(problem: str, world: int, device: Device, size: Optional[str], trials: int, timed: Optional[bool],
-                   allow_nccl: bool, reference_cache: bool):
+                   allow_nccl: bool, reference_cache: bool, stress_calls: int = 0):
     from sandbox.harness.config import HarnessConfig
 
     return HarnessConfig(problem=problem, world=world, device=device.value, size=size, trials=trials, timed=timed,
-                         allow_nccl=allow_nccl, reference_cache=reference_cache)
+                         allow_nccl=allow_nccl, reference_cache=reference_cache, stress_calls=stress_calls)
 
 
 @app.command("eval")
@@ -77,6 +77,7 @@ def eval_command(
     device: Device = typer.Option(Device.cpu, "--device", "-d", help="cpu (gloo), cuda (one GPU per rank) or emulate (all ranks on one GPU)"),
     size: Optional[str] = typer.Option(None, help="named problem size (default: `default` in cuda mode, `small` on cpu and in emulation)"),
     trials: int = typer.Option(5, min=1, max=100, help="correctness trials with fresh seeds"),
+    stress: int = typer.Option(0, min=0, help="also make this many back-to-back calls and check every output"),
     timed: Optional[bool] = typer.Option(None, "--timed/--no-timed", help="time reference and candidate (default: yes, except emulate)"),
     allow_nccl: bool = typer.Option(False, help="allow the solution to call torch.distributed collectives"),
     reference_cache: bool = typer.Option(True, help="reuse cached reference outputs and timings"),
@@ -92,7 +93,7 @@ def eval_command(
         raise UserError(f"{problem} has no size {size!r}; it has {', '.join(spec.spec.shapes)}")
     check_world(spec, world, device)
     source = read_solution(solution)
-    config = harness_config(problem, world, device, size, trials, timed, allow_nccl, reference_cache)
+    config = harness_config(problem, world, device, size, trials, timed, allow_nccl, reference_cache, stress)
     try:
         with open_sandbox(sandbox) as box:
             with console.status(f"evaluating {solution.name} on {problem} (world {world}, {device.value})", spinner="dots") if not as_json else _null():

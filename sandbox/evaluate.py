@@ -32,22 +32,27 @@ def evaluate_in(box: Sandbox, source: str, config: HarnessConfig, filename: str 
                       cwd=subdir or None)
     try:
         report = EvalReport.model_validate(json.loads(result.stdout))
-    except (ValueError, ValidationError):
-        report = _no_report(config, result, box, prefix)
+    except (ValueError, ValidationError) as error:
+        report = _no_report(config, result, box, prefix, error if result.stdout.strip() else None)
     report.isolation = sorted(set(box.isolation) | set(report.isolation))
     log.info("evaluated", problem=config.problem, status=report.status, wall_s=report.wall_s)
     return report
 
 
-def _no_report(config: HarnessConfig, result, box: Sandbox, prefix: str) -> EvalReport:
+def _no_report(config: HarnessConfig, result, box: Sandbox, prefix: str, unreadable: Exception | None) -> EvalReport:
     why = "timed out" if result.timed_out else f"exited with code {result.returncode}"
     logs = [LogExcerpt.of("harness stderr", result.stderr)] if result.stderr.strip() else []
+    if unreadable is not None:
+        logs.append(LogExcerpt.of("harness output", result.stdout))
+        why += f" with a report that could not be read ({str(unreadable).splitlines()[0]})"
+    else:
+        why += " without a report"
     try:
         logs.append(LogExcerpt.of("harness log", box.read_file(prefix + "logs/harness.log").decode(errors="replace")))
     except Exception:  # noqa: BLE001 - the log may not exist
         pass
     return EvalReport(
-        status="timeout" if result.timed_out else "crashed", message=f"the harness {why} without a report",
+        status="timeout" if result.timed_out else "crashed", message=f"the harness {why}",
         problem=config.problem, world=config.world, device=config.device, dtype=config.dtype or "",
         size=config.size or "", logs=logs,
     )

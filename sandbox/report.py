@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 Status = Literal["correct", "wrong", "build_failed", "crashed", "timeout", "rejected"]
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
-Stage = Literal["static", "build", "correctness", "performance", "recheck", "profile", "done"]
+Stage = Literal["static", "build", "correctness", "stress", "performance", "recheck", "profile", "done"]
 
 
 class Mismatch(BaseModel):

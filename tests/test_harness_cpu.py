@@ -125,3 +125,15 @@ def test_recheck_after_timing_catches_drift(local_sandbox):
     assert report.status == "wrong"
     assert report.mismatch.trial == 3  # the recheck trial comes after the 3 correctness trials
     assert any("after many calls" in note for note in report.notes)
+
+
+def test_stress_checks_every_back_to_back_call(local_sandbox):
+    report = evaluate_in(local_sandbox, source("all_reduce_fp32"), config(4, stress_calls=60))
+    assert report.status == "correct", report.message
+    assert any("stress: 60 back-to-back calls" in note for note in report.notes)
+    drifting = source("all_reduce_fp32").replace(
+        "    total = tensor.float()",
+        "    CALLS.append(1)\n    total = tensor.float() * (1.0 if len(CALLS) < 40 else 1.5)",
+    ).replace("@torch.no_grad()", "CALLS = []\n\n\n@torch.no_grad()")
+    report = evaluate_in(local_sandbox, drifting, config(4, stress_calls=60))
+    assert report.status == "wrong" and report.stage == "stress"

@@ -32,6 +32,7 @@ class HarnessConfig(BaseModel):
     warmup: int = Field(10, ge=0)
     iterations: int = Field(50, ge=10)
     timing_budget_s: float = Field(20.0, description="stop timing after this long (at least 10 iterations)")
+    stress_calls: int = Field(0, ge=0, le=100_000, description="after correctness, this many back-to-back calls, every output checked")
     allow_nccl: bool = Field(False, description="let the candidate call torch.distributed collectives")
     reference_cache: bool = True
     cache_dir: Path | None = None

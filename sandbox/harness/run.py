@@ -34,6 +34,7 @@ from sandbox.runtime.build import compile_cache_dir, default_cache_root
 log = structlog.get_logger(__name__)
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+STRESS_BATCH_BYTES = 2 * 2**30  # candidate outputs held per rank before they are checked
 ROTATE_INPUT_BYTES = 2 * 60 * 2**20  # rotate input sets until together they exceed twice an H200's L2
 
 
@@ -84,6 +85,8 @@ class Evaluation:
             self._timed_stage("reference", self._reference)
             self._timed_stage("build", self._build)
             self._timed_stage("correctness", self._correctness)
+            if self.config.stress_calls:
+                self._timed_stage("stress", self._stress)
             if self.config.is_timed():
                 self._timed_stage("performance", self._performance)
             self._timed_stage("recheck", self._recheck)
@@ -111,7 +114,7 @@ class Evaluation:
         return self.report
 
     def _timed_stage(self, name: str, stage) -> None:
-        if name in ("static", "build", "correctness", "performance", "recheck", "profile"):
+        if name in ("static", "build", "correctness", "stress", "performance", "recheck", "profile"):
             self.report.stage = name
         started = time.monotonic()
         try:
@@ -300,6 +303,30 @@ class Evaluation:
             notes.append("correct before timing, wrong on fresh inputs after many calls: state that drifts across calls "
                          "(counters, flags, cached buffers)?")
         raise Verdict("wrong", message, ranks=verdicts, mismatch=first, notes=notes)
+
+    def _stress(self) -> None:
+        """``stress_calls`` back-to-back calls cycling through the trial inputs, every output
+        checked. Outputs are held on the GPU until checked, so at large sizes the calls go in
+        batches of back-to-back calls (a host sync between batches)."""
+        trials = self.config.trials
+        output_bytes = max(sum(t.numel() * t.element_size() for t in out.expected) for rank in self.expected for out in rank[:trials])
+        batch = max(4, min(self.config.stress_calls, STRESS_BATCH_BYTES // max(output_bytes, 1)))
+        done = 0
+        while done < self.config.stress_calls:
+            count = min(batch, self.config.stress_calls - done)
+            indices = [(done + i) % trials for i in range(count)]
+            replies = self.candidate.request(p.RunTrials(tuple(self.seeds[i] for i in indices), isolated_calls=0),
+                                             self.config.timeouts.correctness_s, "stress")
+            self._candidate_failure(replies)
+            try:
+                self._judge([[_unpacked(out) for out in r.payload] for r in replies], indices)
+            except Verdict as verdict:
+                verdict.fields.setdefault("notes", []).append(
+                    f"wrong within back-to-back calls {done + 1}-{done + count} of the stress run "
+                    f"({self.config.stress_calls} calls in batches of {batch}); the correctness trials before it passed")
+                raise
+            done += count
+        self.report.notes.append(f"stress: {done} back-to-back calls (batches of {batch}), all outputs correct")
 
     def _performance(self) -> None:
         self.report.candidate_timing = self._time(self.candidate, "candidate")

@@ -193,27 +193,30 @@ class _Rank:
         )
 
     def _candidate_trials(self, command: p.RunTrials) -> list[p.CandidateOutput]:
+        """One call per seed in order (a seed may repeat: the stress stage cycles through a few);
+        the first ``isolated_calls`` with a host sync around them, the rest back-to-back."""
         torch = self.torch
-        all_inputs = [self._inputs(seed) for seed in command.seeds]
-        clones = [tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs) for inputs in all_inputs]
+        inputs_by_seed = {seed: self._inputs(seed) for seed in dict.fromkeys(command.seeds)}
+        clones = {seed: tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs) for seed, inputs in inputs_by_seed.items()}
         _poison_free_memory(torch, self.device)
         self._synchronize()
         self._host_barrier()
         results = []
-        for index, inputs in enumerate(all_inputs):
+        for index, seed in enumerate(command.seeds):
             isolated = index < command.isolated_calls
             if isolated:
                 self._synchronize()
                 self._host_barrier()
-            results.append(self._call(inputs))
+            results.append(self._call(inputs_by_seed[seed]))
             if isolated:
                 self._synchronize()
         self._synchronize()
+        modified = {seed: [i for i, (x, y) in enumerate(zip(inputs_by_seed[seed], clones[seed]))
+                           if isinstance(x, torch.Tensor) and not _same(torch, x, y)] for seed in inputs_by_seed}
         outputs = []
-        for inputs, originals, result in zip(all_inputs, clones, results):
-            modified = [i for i, (x, y) in enumerate(zip(inputs, originals)) if isinstance(x, torch.Tensor) and not _same(torch, x, y)]
+        for seed, result in zip(command.seeds, results):
             leaves = _flatten(result)
-            outputs.append(p.CandidateOutput(outputs=[_to_cpu(torch, leaf) for leaf in leaves], modified_inputs=modified))
+            outputs.append(p.CandidateOutput(outputs=[_to_cpu(torch, leaf) for leaf in leaves], modified_inputs=modified[seed]))
             for leaf in leaves:
                 _poison(torch, leaf)
         self._synchronize()
