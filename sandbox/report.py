@@ -95,6 +95,14 @@ class Roofline(BaseModel):
     tflops: float
 
 
+class CompileStats(BaseModel):
+    """What the ranks asked the harness to compile during this evaluation."""
+
+    requests: int = 0
+    distinct: int = Field(0, description="distinct sources (each built at most once, or taken from the cache)")
+    failed: int = 0
+
+
 class EvalReport(BaseModel):
     status: Status
     message: str = Field(description="one line saying why")
@@ -116,6 +124,7 @@ class EvalReport(BaseModel):
     achieved_comm_gbps: float | None = None
     profile: ProfileSummary | None = None
     build_log: LogExcerpt | None = None
+    compiles: CompileStats = Field(default_factory=CompileStats)
     logs: list[LogExcerpt] = Field(default_factory=list)
     stage_wall_s: dict[str, float] = Field(default_factory=dict)
     wall_s: float = 0.0

@@ -45,7 +45,7 @@ class CompileServer:
         self._futures: dict[tuple, Future] = {}
         self._lock = threading.Lock()
         self.requests = 0
-        self.builds = 0
+        self.distinct = 0
         self.failures: list[str] = []
 
     def _build(self, kind: str, payload: dict[str, Any]) -> CompileReply:
@@ -68,7 +68,7 @@ class CompileServer:
             self.requests += 1
             future = self._futures.get(key)
             if future is None:
-                self.builds += 1
+                self.distinct += 1
                 future = self._pool.submit(self._build, request.kind, request.payload)
                 self._futures[key] = future
         return future

@@ -28,7 +28,7 @@ from sandbox.harness.ranks import RankGroup, StageTimeout
 from sandbox.harness.reference_cache import ReferenceCache, cache_key
 from sandbox.harness.seeds import host_secret, mixed_seed
 from sandbox.harness.static_checks import check_source
-from sandbox.report import EvalReport, LogExcerpt, Mismatch, ProfileSummary, RankVerdict, Timing
+from sandbox.report import CompileStats, EvalReport, LogExcerpt, Mismatch, ProfileSummary, RankVerdict, Timing
 from sandbox.runtime.build import compile_cache_dir, default_cache_root
 
 log = structlog.get_logger(__name__)
@@ -108,6 +108,8 @@ class Evaluation:
             for group in self.groups:
                 group.close(timeout_s=5.0)
             self.compile_server.close()
+            self.report.compiles = CompileStats(requests=self.compile_server.requests, distinct=self.compile_server.distinct,
+                                                failed=len(self.compile_server.failures))
             self._attach_logs()
             self.report.stage_wall_s["teardown"] = round(time.monotonic() - teardown, 3)
             self.report.wall_s = round(time.monotonic() - started, 3)

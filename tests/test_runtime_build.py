@@ -1,0 +1,98 @@
+"""Compiling through the harness on CPU (nvcc is present; no GPU needed to build a cubin): one
+build per source whatever the number of ranks, whole compiler logs, hostile includes refused,
+and the torch-extension path."""
+
+import os
+from pathlib import Path
+
+from sandbox.evaluate import evaluate_in
+from sandbox.harness.config import HarnessConfig
+
+KERNEL = r'''extern "C" __global__ void scale(float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}'''
+
+COMPILING_CANDIDATE = '''
+import torch
+import torch.distributed as dist
+from sandbox import runtime
+
+SOURCE = r"""KERNEL"""
+CUBIN = runtime.compile_cubin(SOURCE)
+
+
+def solution(tensor):
+    assert CUBIN.exists()
+    out = tensor.float()
+    dist.all_reduce(out)
+    return out.to(tensor.dtype)
+'''
+
+
+def config(world=4):
+    return HarnessConfig(problem="all_reduce", world=world, device="cpu", allow_nccl=True, trials=2, timed=False)
+
+
+def test_every_rank_asks_one_build_happens(local_sandbox):
+    source = COMPILING_CANDIDATE.replace("KERNEL", KERNEL)
+    report = evaluate_in(local_sandbox, source, config(4))
+    assert report.status == "correct", report.message
+    assert report.compiles.requests == 4 and report.compiles.distinct == 1 and report.compiles.failed == 0
+    cache = Path(os.environ["KLOOP_CACHE_DIR"]) / "compile"
+    assert len([p for p in cache.glob("*.cubin")]) >= 1
+
+
+def test_compiler_errors_come_back_whole(local_sandbox):
+    source = COMPILING_CANDIDATE.replace("KERNEL", KERNEL.replace("x[i] *= a;", "x[i] *= a + undefined_name_42;"))
+    report = evaluate_in(local_sandbox, source, config(2))
+    assert report.status == "build_failed"
+    assert "undefined_name_42" in report.build_log.text() and "error" in report.build_log.text()
+
+
+def test_hostile_includes_cannot_read_the_users_files(local_sandbox):
+    secret = Path(os.environ["KLOOP_CACHE_DIR"]) / "secret"
+    report = evaluate_in(local_sandbox, COMPILING_CANDIDATE.replace("KERNEL", f'#include "{secret}"\n' + KERNEL), config(2))
+    assert report.status == "build_failed"
+    assert "Permission denied" in report.build_log.text()
+    assert secret.read_bytes().hex() not in report.model_dump_json()
+
+
+def test_candidates_cannot_read_the_harness_caches(local_sandbox):
+    secret = Path(os.environ["KLOOP_CACHE_DIR"]) / "secret"
+    snooping = f'''
+import torch
+import torch.distributed as dist
+
+
+def solution(tensor):
+    open("{secret}", "rb").read()
+    out = tensor.clone()
+    dist.all_reduce(out)
+    return out
+'''
+    report = evaluate_in(local_sandbox, snooping, config(2))
+    assert report.status == "crashed" and "PermissionError" in report.message
+
+
+def test_torch_extension_path_builds_and_runs_on_cpu(local_sandbox):
+    extension = '''
+import torch
+import torch.distributed as dist
+from sandbox import runtime
+
+CPP = """
+#include <torch/extension.h>
+torch::Tensor widen(torch::Tensor x) { return x.to(torch::kFloat32); }
+"""
+EXT = runtime.load_extension("widen_ext", cpp_sources=CPP, functions=["widen"])
+
+
+def solution(tensor):
+    out = EXT.widen(tensor)
+    dist.all_reduce(out)
+    return out.to(tensor.dtype)
+'''
+    report = evaluate_in(local_sandbox, extension, config(2))
+    assert report.status == "correct", report.model_dump_json(indent=1)[-3000:]
+    assert report.compiles.distinct == 1
