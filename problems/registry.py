@@ -42,5 +42,13 @@ def get_problem(name: str) -> Problem:
     return problem
 
 
+def load_ref(ref: str) -> Problem:
+    """Load a problem from its ``Problem.ref`` (what rank processes are told)."""
+    kind, _, location = ref.partition(":")
+    if kind == "folder":
+        return load_problem(Path(location))
+    raise UnknownProblem(f"cannot load problem reference {ref!r}")
+
+
 def all_problems() -> list[Problem]:
     return [get_problem(name) for name in problem_names()]

@@ -87,6 +87,7 @@ class Problem:
     folder: Path
     make_inputs: Callable[..., tuple]
     cost: Callable[..., Cost]
+    ref: str = ""  # how a rank process loads the same problem again (see problems.registry.load_ref)
 
     @property
     def name(self) -> str:
@@ -163,4 +164,4 @@ def load_module(path: Path, module_name: str) -> ModuleType:
 
 def load_problem(folder: Path) -> Problem:
     module = load_module(folder / "problem.py", f"kloop_problem_{folder.name}")
-    return Problem(spec=module.SPEC, folder=folder, make_inputs=module.make_inputs, cost=module.cost)
+    return Problem(spec=module.SPEC, folder=folder, make_inputs=module.make_inputs, cost=module.cost, ref=f"folder:{folder}")

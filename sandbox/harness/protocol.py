@@ -17,7 +17,7 @@ class WorkerArgs:
     world: int
     device_mode: DeviceMode
     store_port: int
-    problem_folder: Path
+    problem_ref: str
     dtype: str
     shape: dict[str, Any]
     module_path: Path

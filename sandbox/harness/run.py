@@ -162,7 +162,7 @@ class Evaluation:
         def make_args(rank: int, port: int) -> p.WorkerArgs:
             return p.WorkerArgs(
                 role=role, rank=rank, world=self.config.world, device_mode=self.config.device, store_port=port,
-                problem_folder=self.problem.folder, dtype=self.dtype, shape=self.shape, module_path=module,
+                problem_ref=self.problem.ref, dtype=self.dtype, shape=self.shape, module_path=module,
                 workdir=self.candidate_dir, log_path=self.log_dir / f"{role}_rank{rank}.log",
                 confine=role == "candidate", readable_paths=tuple(system_read_paths()), compile_cache=self.compile_server.cache_dir,
                 env=env,

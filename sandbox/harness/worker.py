@@ -44,11 +44,11 @@ class _Rank:
         import torch
         import torch.distributed as dist
 
-        from problems.spec import load_problem
+        from problems.registry import load_ref
 
         self.conn, self.args = conn, args
         self.torch, self.dist = torch, dist
-        self.problem = load_problem(args.problem_folder)
+        self.problem = load_ref(args.problem_ref)
         self.dtype = getattr(torch, args.dtype)
         self.hi_dtype = torch.float64 if self.dtype in (torch.float32, torch.float64) else torch.float32
         if args.device_mode == "cpu":
