@@ -110,11 +110,19 @@ def eval_command(
 
 
 @app.command("problems")
-def problems_command(as_json: bool = typer.Option(False, "--json", help="print as JSON")) -> None:
-    """List the problem suite."""
+def problems_command(
+    names: Optional[list[str]] = typer.Argument(None, help="problem names (default: all)"),
+    check: bool = typer.Option(False, "--check", help="lint the problems: run each reference on CPU ranks and check it can judge"),
+    world: Optional[int] = typer.Option(None, "--world", "-w", help="with --check: only this world size (default: every declared one)"),
+    as_json: bool = typer.Option(False, "--json", help="print as JSON"),
+) -> None:
+    """List the problem suite, or with --check lint it (exit code 1 if any check fails)."""
     from problems import all_problems
 
-    problems = all_problems()
+    problems = [resolve_problem(name) for name in names] if names else all_problems()
+    if check:
+        lint_command(problems, world, as_json)
+        return
     if as_json:
         print(json.dumps([{**p.spec.model_dump(), "folder": str(p.folder)} for p in problems], indent=2, default=str))
         return
@@ -249,6 +257,35 @@ def prompt_command(
     print(system_prompt())
     print("=== user ===")
     print(task_prompt(spec, config, steps))
+
+
+def lint_command(problems: list, world: Optional[int], as_json: bool) -> None:
+    from problems.lint import lint_problem
+
+    if world is not None:
+        unsupported = [p.name for p in problems if world not in p.spec.world_sizes]
+        if unsupported:
+            raise UserError(f"world {world} is not declared by {', '.join(unsupported)}; leave out --world to check every declared size")
+    jobs = [(p, w) for p in problems for w in ((world,) if world is not None else p.spec.world_sizes)]
+    results = []
+    for number, (problem, size) in enumerate(jobs, start=1):
+        with console.status(f"[{number}/{len(jobs)}] {problem.name}, world {size}", spinner="dots") if not as_json else _null():
+            results.append(lint_problem(problem, size))
+    if as_json:
+        print(json.dumps([r.model_dump() for r in results], indent=2))
+    else:
+        table = Table(show_edge=False)
+        table.add_column("problem", no_wrap=True)
+        for column in ("world", "verdict", "checks", "wall s", "failed checks"):
+            table.add_column(column, overflow="fold")
+        for r in results:
+            failed = "\n".join(f"{c.name}: {c.message}" for c in r.failures)
+            table.add_row(r.problem, str(r.world), "[green]ok[/]" if r.ok else "[bold red]FAIL[/]",
+                          f"{len(r.checks) - len(r.failures)}/{len(r.checks)}", f"{r.wall_s:.1f}", failed)
+        console.print(table)
+        bad = sum(not r.ok for r in results)
+        console.print(f"{len(results) - bad} of {len(results)} problem x world checks passed", style="red" if bad else "green")
+    raise typer.Exit(1 if any(not r.ok for r in results) else 0)
 
 
 class _null:

@@ -40,6 +40,7 @@ class RunTrials:
     seeds: tuple[int, ...]
     isolated_calls: int = 1  # the first calls run with a host sync around them; the rest back-to-back
     include_native: bool = False  # reference only: also return the native-precision outputs (problem lint)
+    perturb: tuple[int | None, ...] = ()  # reference only (problem lint): trial i adds noise to its input perturb[i]
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,14 @@ class PackedTensor:
 
     @classmethod
     def of(cls, tensor) -> "PackedTensor":
+        import ctypes
+
         import torch
 
         flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        return cls(str(flat.dtype).removeprefix("torch."), tuple(tensor.shape), flat.view(torch.uint8).numpy().tobytes())
+        # ctypes, not .numpy(): the harness image need not have numpy, and torch does not depend on it
+        data = ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size()) if flat.numel() else b""
+        return cls(str(flat.dtype).removeprefix("torch."), tuple(tensor.shape), data)
 
     def unpack(self):
         import torch

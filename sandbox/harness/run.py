@@ -425,9 +425,12 @@ def _on(output, device):
 
 
 def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tuple[int, ...] = (0,), size: str | None = None,
-                  dtype: str | None = None, include_native: bool = True, timeout_s: float = 300.0) -> list[list[p.ReferenceOutput]]:
+                  dtype: str | None = None, include_native: bool = True, timeout_s: float = 300.0,
+                  perturb: tuple[int | None, ...] = ()) -> list[list[p.ReferenceOutput]]:
     """Run a problem's reference on ``world`` ranks for each seed (no candidate, no cache);
-    returns ``[rank][seed]`` outputs. Used by the problem lint and tests."""
+    returns ``[rank][seed]`` outputs. ``perturb[i]``, where given and not None, is the index of a
+    floating input that trial i replaces by a noisy copy (the same on every rank). Used by the
+    problem lint and tests."""
     import tempfile
 
     config = HarnessConfig(problem=problem.name, world=world, device=device, size=size, dtype=dtype, timed=False)
@@ -438,7 +441,8 @@ def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tupl
         try:
             evaluation._await_ready(group)
             evaluation._expect_done(group.request(p.Load(), timeout_s, "reference load"), "reference")
-            replies = evaluation._expect_done(group.request(p.RunTrials(tuple(seeds), include_native=include_native), timeout_s, "reference run"), "reference")
+            command = p.RunTrials(tuple(seeds), include_native=include_native, perturb=tuple(perturb))
+            replies = evaluation._expect_done(group.request(command, timeout_s, "reference run"), "reference")
             return [[_unpacked(out) for out in reply.payload] for reply in replies]
         finally:
             group.close()

@@ -53,6 +53,9 @@ class _Rank:
         self.hi_dtype = torch.float64 if self.dtype in (torch.float32, torch.float64) else torch.float32
         if args.device_mode == "cpu":
             self.device = torch.device("cpu")
+            # ranks share the host's cores: more intra-op threads than cores makes OpenMP spin-waits
+            # take turns, and a small einsum 10x slower
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.world))
         else:
             index = args.rank if args.device_mode == "cuda" else 0
             self.device = torch.device("cuda", index)
@@ -159,12 +162,15 @@ class _Rank:
 
     def run_trials(self, command: p.RunTrials) -> list:
         if self.args.role == "reference":
-            return [self._reference_trial(seed, command.include_native) for seed in command.seeds]
+            perturb = list(command.perturb) + [None] * (len(command.seeds) - len(command.perturb))
+            return [self._reference_trial(seed, command.include_native, index) for seed, index in zip(command.seeds, perturb)]
         return self._candidate_trials(command)
 
-    def _reference_trial(self, seed: int, include_native: bool = False) -> p.ReferenceOutput:
+    def _reference_trial(self, seed: int, include_native: bool = False, perturb: int | None = None) -> p.ReferenceOutput:
         torch = self.torch
         inputs = self._inputs(seed)
+        if perturb is not None:
+            inputs = _perturbed(torch, inputs, perturb, seed)
         native = _flatten(self._call(inputs))
         self._synchronize()
         if self.problem.spec.upcast:
@@ -284,6 +290,21 @@ def _timedelta(seconds: float):
 
 def _is_float(torch, x) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point()
+
+
+def _perturbed(torch, inputs: tuple, index: int, seed: int) -> tuple:
+    """``inputs`` with floating input ``index`` moved by noise as large as its own spread (problem
+    lint: does the output depend on this input?). The noise depends on the seed and the index, not
+    the rank, so an input that every rank holds identically stays identical."""
+    if not 0 <= index < len(inputs) or not _is_float(torch, inputs[index]):
+        raise ValueError(f"input {index} is not a floating-point tensor; only those can be perturbed")
+    x = inputs[index]
+    generator = torch.Generator(device=x.device)
+    generator.manual_seed((seed * 1_000_003 + index + 1) % 2**63)
+    noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=torch.float32)
+    spread = float(x.float().std()) if x.numel() > 1 else 0.0
+    moved = (x.float() + noise * (spread if spread > 0 else 1.0)).to(x.dtype)
+    return inputs[:index] + (moved,) + inputs[index + 1:]
 
 
 def _flatten(result) -> list:

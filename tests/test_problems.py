@@ -1,0 +1,139 @@
+"""The problem suite passes the problem lint at every world size, and the lint catches planted
+mistakes. Runs each reference on CPU ranks (gloo): one harness run per problem x world."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from problems import get_problem, problem_names
+from problems.lint import LintResult, lint_problem
+from problems.spec import load_problem
+
+
+def _explain(result: LintResult) -> str:
+    return f"{result.problem} at world {result.world}:\n" + "\n".join(f"  {c.name}: {c.message}" for c in result.failures)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("name", problem_names())
+def test_problem_passes_lint(name: str, world: int) -> None:
+    result = lint_problem(get_problem(name), world)
+    assert result.ok, _explain(result)
+    assert {c.name for c in result.checks} >= {"reference_runs", "outputs_seed_dependent", "outputs_depend_on_inputs",
+                                                "rerun_passes", "detects_element_error", "detects_scale_error"}
+
+
+def test_suite_has_the_first_twelve() -> None:
+    assert set(problem_names()) >= {
+        "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "gemm_all_reduce", "all_gather_gemm",
+        "gemm_reduce_scatter", "ulysses_all_to_all", "ring_attention", "moe_dispatch_combine", "vocab_parallel_cross_entropy"}
+
+
+# ---------------------------------------------------------------------- planted mistakes
+
+GOOD_PROBLEM = '''
+from problems.spec import Cost, ProblemSpec, randn, rank_generator
+
+SPEC = ProblemSpec(name="{name}", category="collective", pattern="all-reduce", origin="a test", atol={atol}, rtol=2**-8,
+                   shapes={{"default": {{"numel": 1024}}, "small": {{"numel": 512}}}})
+
+
+def make_inputs(rank, world, generator, device, dtype, *, numel):
+    own = rank_generator(generator, rank)
+    return randn(numel, own, device, dtype), randn(numel, own, device, dtype)
+
+
+def cost(world, dtype_bytes, *, numel):
+    return Cost(comm_bytes=2 * numel * dtype_bytes, hbm_bytes=3 * numel * dtype_bytes)
+'''
+
+GOOD_REFERENCE = '''
+import torch
+import torch.distributed as dist
+
+
+def solution(x, y):
+    out = x * y
+    dist.all_reduce(out)
+    return out
+'''
+
+PLANTED = {
+    # name: (what to change, the checks that must fail)
+    "constant_output": ({"reference": GOOD_REFERENCE.replace("out = x * y", "out = torch.ones_like(x)")},
+                        {"outputs_nonconstant", "outputs_seed_dependent", "outputs_depend_on_inputs"}),
+    "zero_output": ({"reference": GOOD_REFERENCE.replace("out = x * y", "out = (x * y).zero_()")},
+                    {"outputs_nonconstant", "detects_element_error"}),
+    "seed_independent": ({"problem": GOOD_PROBLEM.replace("own = rank_generator(generator, rank)",
+                                                          "import torch; own = torch.Generator(device=device); own.manual_seed(rank)")},
+                         {"inputs_seed_dependent", "outputs_seed_dependent"}),
+    "same_on_every_rank": ({"problem": GOOD_PROBLEM.replace("own = rank_generator(generator, rank)", "own = generator")},
+                           {"inputs_differ_across_ranks"}),
+    "unused_input": ({"reference": GOOD_REFERENCE.replace("out = x * y", "out = x.clone()")}, {"outputs_depend_on_inputs"}),
+    "loose_tolerance": ({"atol": "0.5"}, {"detects_element_error", "detects_scale_error"}),
+    "crashing_reference": ({"reference": GOOD_REFERENCE.replace("out = x * y", "out = x @ y.view(2, -1)")}, {"reference_runs"}),
+}
+
+
+def _write_problem(root: Path, name: str, problem: str = GOOD_PROBLEM, reference: str = GOOD_REFERENCE, atol: str = "1e-3",
+                   folder_name: str | None = None):
+    folder = root / "collective" / (folder_name or name)
+    folder.mkdir(parents=True)
+    (folder / "problem.py").write_text(textwrap.dedent(problem.format(name=name, atol=atol) if "{name}" in problem else problem))
+    (folder / "reference.py").write_text(reference)
+    return load_problem(folder)
+
+
+def test_planted_good_problem_passes(tmp_path: Path) -> None:
+    result = lint_problem(_write_problem(tmp_path, "planted_good"), 2)
+    assert result.ok, _explain(result)
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_lint_catches_planted_mistake(tmp_path: Path, case: str) -> None:
+    change, must_fail = PLANTED[case]
+    problem_text = change.get("problem", GOOD_PROBLEM)
+    problem = _write_problem(tmp_path, f"planted_{case}", problem=problem_text, reference=change.get("reference", GOOD_REFERENCE),
+                             atol=change.get("atol", "1e-3"))
+    result = lint_problem(problem, 2)
+    failed = {c.name for c in result.failures}
+    assert not result.ok
+    assert must_fail <= failed, f"expected {sorted(must_fail)} to fail; failed: {sorted(failed)}\n{_explain(result)}"
+    assert all(c.message for c in result.failures), "every failed check says why"
+
+
+def test_lint_catches_misplaced_problem(tmp_path: Path) -> None:
+    problem = _write_problem(tmp_path, "planted_named", folder_name="planted_elsewhere")
+    result = lint_problem(problem, 3)
+    assert {"names", "world_and_size"} <= {c.name for c in result.failures}
+    assert not any(c.name == "reference_runs" for c in result.checks), "a problem with a broken spec is not run"
+
+
+# ---------------------------------------------------------------------- the command
+
+
+def test_cli_problems_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    runner = CliRunner()
+    passed = runner.invoke(app, ["problems", "--check", "all_reduce", "--world", "2"])
+    assert passed.exit_code == 0, passed.output
+    assert "all_reduce" in passed.output and "1 of 1" in passed.output
+
+    def failing(problem, world, **_):
+        result = LintResult(problem=problem.name, world=world, size="small")
+        result.add("outputs_nonconstant", ["rank 0 output 0 is all zero"])
+        return result
+
+    monkeypatch.setattr("problems.lint.lint_problem", failing)
+    failed = runner.invoke(app, ["problems", "--check", "broadcast", "all_to_all"])
+    assert failed.exit_code == 1, failed.output
+    assert "FAIL" in failed.output and "0 of 6" in failed.output
+
+    unknown = runner.invoke(app, ["problems", "--check", "all_reduce", "--world", "3"])
+    assert unknown.exit_code != 0
