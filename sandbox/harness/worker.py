@@ -171,6 +171,10 @@ class _Rank:
         inputs = self._inputs(seed)
         if perturb is not None:
             inputs = _perturbed(torch, inputs, perturb, seed)
+        if self.args.device_mode == "emulate":
+            # gloo lacks several collectives for CUDA tensors; the reference is the judge, not the
+            # subject, so in emulation it runs on the CPU (inputs drawn on the GPU, as the candidate's)
+            inputs = tuple(x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs)
         native = _flatten(self._call(inputs))
         self._synchronize()
         if self.problem.spec.upcast:
