@@ -15,14 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT, HarnessConfig, LocalSandbox, evaluate_in, print_table
 
-from sandbox.backends import LocalSandbox  # noqa: E402
-from sandbox.evaluate import evaluate_in  # noqa: E402
-from sandbox.harness.config import HarnessConfig  # noqa: E402
-
-STAGES = ("static", "reference", "build", "correctness", "performance", "recheck", "profile")
+STAGES = ("static", "startup", "reference", "build", "correctness", "performance", "recheck", "profile", "teardown")
 
 
 def main() -> int:
@@ -55,11 +50,8 @@ def main() -> int:
             rows.append({"run": label, "wall_s": round(wall, 2), "harness_s": report.wall_s, "reference_cache": report.reference_cache,
                          **{stage: report.stage_wall_s.get(stage) for stage in STAGES}, "speedup": report.speedup})
     header = ["run", "wall_s", "harness_s", "reference_cache", *STAGES, "speedup"]
-    print(f"eval latency: {args.problem}, {args.device}, world {args.world}, {args.trials} trials + recheck + timing"
-          f"{' + profile' if args.profile else ''}")
-    print(" | ".join(f"{h:>11}" for h in header))
-    for row in rows:
-        print(" | ".join(f"{'-' if row[h] is None else row[h]!s:>11}" for h in header))
+    print_table(f"eval latency: {args.problem}, {args.device}, world {args.world}, {args.trials} trials + recheck + timing"
+                f"{' + profile' if args.profile else ''}", header, [[row[h] for h in header] for row in rows])
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0
