@@ -46,13 +46,13 @@ class ReferenceCache:
             return
         folder = self.root / key
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"tmp_{name}_", suffix=".pt")
         os.close(fd)
         try:
             torch.save(value, tmp)
             os.replace(tmp, folder / f"{name}.pt")
-        except Exception:  # noqa: BLE001 - caching is best effort
-            log.warning("could not cache reference", key=key)
+        except Exception as error:  # noqa: BLE001 - caching is best effort
+            log.warning("could not cache reference", key=key, error=f"{type(error).__name__}: {error}")
             Path(tmp).unlink(missing_ok=True)
 
     def clear(self) -> None:
