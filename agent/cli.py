@@ -81,11 +81,15 @@ def eval_command(
     allow_nccl: bool = typer.Option(False, help="allow the solution to call torch.distributed collectives"),
     reference_cache: bool = typer.Option(True, help="reuse cached reference outputs and timings"),
     sandbox: str = typer.Option("local", help="local (subprocess) or docker (container)"),
+    gpus: Optional[str] = typer.Option(None, help="GPUs the evaluation may use, e.g. 0,1,2,3 (default: the first it needs)"),
+    image: Optional[str] = typer.Option(None, help="sandbox image for --sandbox docker (default: kernel-loop-sandbox:latest)"),
     as_json: bool = typer.Option(False, "--json", help="print the EvalReport as JSON"),
 ) -> None:
     """Judge SOLUTION on PROBLEM: correct on every rank? how fast against the PyTorch + NCCL reference?"""
+    from agent.sandbox_cli import sandbox_options
     from sandbox.backends import SandboxError, open_sandbox
     from sandbox.evaluate import evaluate_in
+    from sandbox.gpu_pool import GpuPoolError
 
     spec = resolve_problem(problem)
     if size is not None and size not in spec.spec.shapes:
@@ -93,11 +97,12 @@ def eval_command(
     check_world(spec, world, device)
     source = read_solution(solution)
     config = harness_config(problem, world, device, size, trials, timed, allow_nccl, reference_cache)
+    options = sandbox_options(sandbox, device.value, world, gpus, image)
     try:
-        with open_sandbox(sandbox) as box:
+        with open_sandbox(sandbox, **options) as box:
             with console.status(f"evaluating {solution.name} on {problem} (world {world}, {device.value})", spinner="dots") if not as_json else _null():
                 report = evaluate_in(box, source, config, filename=solution.name if solution.suffix == ".py" else "solution.py")
-    except SandboxError as error:
+    except (SandboxError, GpuPoolError) as error:
         raise UserError(str(error)) from None
     if as_json:
         print(report.model_dump_json(indent=2))
@@ -123,6 +128,15 @@ def problems_command(as_json: bool = typer.Option(False, "--json", help="print a
     for p in problems:
         table.add_row(p.name, p.spec.category, p.spec.pattern, ",".join(map(str, p.spec.world_sizes)), p.spec.dtype, p.spec.origin)
     console.print(table)
+
+
+def _add_subcommands() -> None:
+    from agent.sandbox_cli import app as sandbox_app
+
+    app.add_typer(sandbox_app, name="sandbox")
+
+
+_add_subcommands()
 
 
 class _null:
