@@ -12,14 +12,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent.errors import UserError
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="kernel-loop: LLMs write fast multi-GPU kernels; a trusted harness judges them.")
 console = Console()
 errors = Console(stderr=True)
-
-
-class UserError(Exception):
-    """A mistake the user can fix; printed as one line, exit code 2."""
 
 
 class Device(str, enum.Enum):
@@ -82,11 +80,15 @@ def eval_command(
     allow_nccl: bool = typer.Option(False, help="allow the solution to call torch.distributed collectives"),
     reference_cache: bool = typer.Option(True, help="reuse cached reference outputs and timings"),
     sandbox: str = typer.Option("local", help="local (subprocess) or docker (container)"),
+    gpus: Optional[str] = typer.Option(None, help="GPUs the evaluation may use, e.g. 0,1,2,3 (default: the first it needs)"),
+    image: Optional[str] = typer.Option(None, help="sandbox image for --sandbox docker (default: kernel-loop-sandbox:latest)"),
     as_json: bool = typer.Option(False, "--json", help="print the EvalReport as JSON"),
 ) -> None:
     """Judge SOLUTION on PROBLEM: correct on every rank? how fast against the PyTorch + NCCL reference?"""
+    from agent.sandbox_cli import sandbox_options
     from sandbox.backends import SandboxError, open_sandbox
     from sandbox.evaluate import evaluate_in
+    from sandbox.gpu_pool import GpuPoolError
 
     spec = resolve_problem(problem)
     if size is not None and size not in spec.spec.shapes:
@@ -94,11 +96,12 @@ def eval_command(
     check_world(spec, world, device)
     source = read_solution(solution)
     config = harness_config(problem, world, device, size, trials, timed, allow_nccl, reference_cache, stress)
+    options = sandbox_options(sandbox, device.value, world, gpus, image)
     try:
-        with open_sandbox(sandbox) as box:
+        with open_sandbox(sandbox, **options) as box:
             with console.status(f"evaluating {solution.name} on {problem} (world {world}, {device.value})", spinner="dots") if not as_json else _null():
                 report = evaluate_in(box, source, config, filename=solution.name if solution.suffix == ".py" else "solution.py")
-    except SandboxError as error:
+    except (SandboxError, GpuPoolError) as error:
         raise UserError(str(error)) from None
     if as_json:
         print(report.model_dump_json(indent=2))
@@ -195,11 +198,14 @@ def run_command(
     max_cost: Optional[float] = typer.Option(None, help="cost budget in USD"),
     max_wall: Optional[float] = typer.Option(None, help="wall-time budget in seconds"),
     examples: bool = typer.Option(True, help="show oracle solutions as in-context examples"),
+    gpus: Optional[str] = typer.Option(None, help="GPUs the run may use, e.g. 0,1,2,3"),
+    image: Optional[str] = typer.Option(None, help="sandbox image for --sandbox docker"),
 ) -> None:
     """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
     from agent.budget import Budget
     from agent.loop import Agent
     from agent.run_config import RunConfig
+    from agent.sandbox_cli import sandbox_options
     from agent.session import EvaluationSession
     from agent.trajectory import Trajectory, new_run_folder
     from sandbox.backends import SandboxError
@@ -214,12 +220,13 @@ def run_command(
                        budget=Budget(steps=1 if mode == Mode.single else steps, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall),
                        harness=harness_config(problem, world, device, size, trials, None, allow_nccl, True),
                        sandbox=sandbox, out=out, examples=examples)
+    box_options = sandbox_options(sandbox, device.value, world, gpus, image)
     folder = new_run_folder(out, problem, model)
     (folder / "config.json").write_text(config.model_dump_json(indent=2))
     trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json")})
     console.print(f"[bold]{problem}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; run folder {folder}")
     try:
-        with EvaluationSession(sandbox, config.harness, **config.sandbox_options) as session:
+        with EvaluationSession(sandbox, config.harness, **box_options) as session:
             agent = Agent(llm, spec, config, session.evaluate, trajectory,
                           on_step=lambda record: console.print(step_line(record, config.budget.steps), highlight=False))
             with console.status("working (model call, then evaluation)...", spinner="dots"):
@@ -288,6 +295,15 @@ def lint_command(problems: list, world: Optional[int], as_json: bool) -> None:
     raise typer.Exit(1 if any(not r.ok for r in results) else 0)
 
 
+def _add_subcommands() -> None:
+    from agent.sandbox_cli import app as sandbox_app
+
+    app.add_typer(sandbox_app, name="sandbox")
+
+
+_add_subcommands()
+
+
 class _null:
     def __enter__(self):
         return self
@@ -318,5 +334,3 @@ def main() -> None:
         sys.exit(130)
 
 
-if __name__ == "__main__":
-    main()

@@ -20,6 +20,5 @@ class RunConfig(BaseModel):
     target_speedup: float | None = Field(None, description="stop once a correct solution is this much faster")
     harness: HarnessConfig
     sandbox: str = "local"
-    sandbox_options: dict[str, Any] = Field(default_factory=dict)
     out: Path = Path("runs")
     examples: bool = Field(True, description="show oracle solutions as in-context examples (where the problem has them)")

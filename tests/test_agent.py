@@ -125,7 +125,7 @@ def test_extraction_picks_the_block_defining_solution():
 def test_killed_run_keeps_its_finished_steps(tmp_path):
     """kill -9 in the middle of a run: every finished step is on disk and the trajectory parses."""
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "all_reduce", "--model", "scripted:demo", "--steps", "3",
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "all_reduce", "--model", "scripted:demo", "--steps", "3",
                              "--device", "cpu", "--allow-nccl", "--trials", "2", "--out", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -142,14 +142,14 @@ def test_killed_run_keeps_its_finished_steps(tmp_path):
 
 def test_cli_errors_are_one_line(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "run", "all_reduce", "--model", "openai:gpt-5", "--out", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "agent", "run", "all_reduce", "--model", "openai:gpt-5", "--out", str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "OPENAI_API_KEY" in result.stderr and "Traceback" not in result.stderr
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "run", "nope", "--model", "scripted:demo"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "agent", "run", "nope", "--model", "scripted:demo"], capture_output=True, text=True)
     assert result.returncode == 2 and "no problem named 'nope'" in result.stderr
 
 
 def test_prompt_command_prints_the_task_without_a_model():
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "prompt", "all_reduce", "--world", "8"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "agent", "prompt", "all_reduce", "--world", "8"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "dist.all_reduce(out" in result.stdout and "8 x NVIDIA" in result.stdout and "SymmetricBuffer" in result.stdout

@@ -83,7 +83,13 @@ class RankGroup:
                     try:
                         message = ready.recv()
                     except (EOFError, OSError):
-                        continue  # the sentinel reports the death
+                        # EOF: the rank closed its end, i.e. died (OOM kill, os._exit) without a reply.
+                        # Record it here: its sentinel defers to the readable conn and would wait forever.
+                        self.procs[rank].join(1.0)
+                        replies[rank] = p.Failed(rank, "call", f"rank {rank} died ({_exit_reason(self.procs[rank].exitcode)})")
+                        if first_failure_at is None:
+                            first_failure_at = time.monotonic()
+                        continue
                     if isinstance(message, p.CompileRequest):
                         self._serve_compile(rank, message)
                         continue

@@ -1,0 +1,5 @@
+"""``python -m agent`` is ``kloop``."""
+
+from agent.cli import main
+
+main()
