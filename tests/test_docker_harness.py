@@ -173,3 +173,18 @@ def test_kloop_eval_with_the_docker_sandbox(test_image, tmp_path, source, exit_c
                           "--no-timed", "--trials", "2"], capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert out.returncode == exit_code, out.stdout[-3000:] + out.stderr[-3000:]
     assert verdict in out.stdout
+
+
+def test_kloop_run_with_the_docker_sandbox(test_image, tmp_path):
+    """The scripted demo through the Docker sandbox: one container for the episode, each step in its own folder."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "agent", "run", "all_reduce", "--model", "scripted:demo", "--allow-nccl", "--steps", "2",
+                          "--trials", "2", "--sandbox", "docker", "--image", test_image, "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (folder,) = tmp_path.iterdir()
+    statuses = [json.loads((folder / f"steps/00{i}/report.json").read_text())["status"] for i in (1, 2)]
+    assert statuses == ["wrong", "correct"]

@@ -24,6 +24,7 @@ on ``close``, have a maximum lifetime, and carry labels so ``start`` and
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import time
 import uuid
@@ -246,10 +247,14 @@ class DockerSandbox(Sandbox):
             self.container = None
 
     # ------------------------------------------------------------------ commands
-    def exec(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, input: bytes | None = None) -> ExecResult:
-        """Run ``cmd`` in the work dir; afterwards every process it left in the container is
-        killed (as in the local backend: one command at a time per sandbox)."""
-        raw = self._run(cmd, timeout_s, env=env, input=input)
+    def exec(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, input: bytes | None = None,
+             cwd: str | None = None) -> ExecResult:
+        """Run ``cmd`` in the work dir (or ``cwd`` inside it); afterwards every process it left in
+        the container is killed (as in the local backend: one command at a time per sandbox)."""
+        workdir = posixpath.normpath(posixpath.join(WORKDIR, cwd)) if cwd else WORKDIR
+        if not (workdir == WORKDIR or workdir.startswith(WORKDIR + "/")):
+            raise SandboxError(f"{cwd!r} is outside the sandbox work dir")
+        raw = self._run(cmd, timeout_s, env=env, input=input, workdir=workdir)
         if raw.returncode in (126, 127) and raw.stderr.bytes().startswith(b"timeout: failed to run command"):
             raise SandboxError(f"cannot start {cmd[0]!r}: {raw.stderr.text().strip()}")
         timed_out = raw.client_timeout or (raw.returncode in (124, 137) and raw.duration_s >= timeout_s)
@@ -274,7 +279,7 @@ class DockerSandbox(Sandbox):
         return note
 
     def _run(self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, input: bytes | None = None,
-             limit: int = MAX_OUTPUT_BYTES) -> _Raw:
+             limit: int = MAX_OUTPUT_BYTES, workdir: str = WORKDIR) -> _Raw:
         """Run ``cmd`` under an in-container ``timeout -k`` (killing the docker client would not
         stop it); the client gives up on the stream only if that somehow fails too."""
         import docker
@@ -285,7 +290,7 @@ class DockerSandbox(Sandbox):
         started = time.monotonic()
         try:
             wrapped = ["timeout", "-k", str(KILL_GRACE_S), f"{max(timeout_s, 0.1):g}", *cmd]
-            exec_id = api.exec_create(self.container.id, wrapped, stdin=input is not None, workdir=WORKDIR, user=f"{self.uid}:{self.gid}",
+            exec_id = api.exec_create(self.container.id, wrapped, stdin=input is not None, workdir=workdir, user=f"{self.uid}:{self.gid}",
                                       environment=container_env(self.marker, {**self.extra_env, **(env or {})}, self.device_ids))["Id"]
             stream = ExecStream(api.exec_start(exec_id, socket=True), limit, input).start()
         except docker.errors.NotFound:
