@@ -5,6 +5,7 @@ and the torch-extension path."""
 import os
 from pathlib import Path
 
+from sandbox.backends import LocalSandbox
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig
 
@@ -23,7 +24,7 @@ CUBIN = runtime.compile_cubin(SOURCE)
 
 
 def solution(tensor):
-    assert CUBIN.exists()
+    assert CUBIN.read_bytes()[:4] == b"\\x7fELF"  # readable by the confined rank
     out = tensor.float()
     dist.all_reduce(out)
     return out.to(tensor.dtype)
@@ -34,13 +35,15 @@ def config(world=4):
     return HarnessConfig(problem="all_reduce", world=world, device="cpu", allow_nccl=True, trials=2, timed=False)
 
 
-def test_every_rank_asks_one_build_happens(local_sandbox):
+def test_every_rank_asks_one_build_happens(tmp_path):
+    """From a cold cache (a folder that does not exist yet): one build, and every confined rank can read it."""
     source = COMPILING_CANDIDATE.replace("KERNEL", KERNEL)
-    report = evaluate_in(local_sandbox, source, config(4))
+    cache = tmp_path / "fresh-cache"
+    with LocalSandbox(env={"KLOOP_CACHE_DIR": str(cache)}) as box:
+        report = evaluate_in(box, source, config(4))
     assert report.status == "correct", report.message
     assert report.compiles.requests == 4 and report.compiles.distinct == 1 and report.compiles.failed == 0
-    cache = Path(os.environ["KLOOP_CACHE_DIR"]) / "compile"
-    assert len([p for p in cache.glob("*.cubin")]) >= 1
+    assert len(list((cache / "compile").glob("*.cubin"))) == 1
 
 
 def test_compiler_errors_come_back_whole(local_sandbox):

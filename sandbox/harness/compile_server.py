@@ -41,6 +41,7 @@ def _validated(kind: str, payload: Any) -> dict[str, Any]:
 class CompileServer:
     def __init__(self, cache_dir: Path, workers: int = 4):
         self.cache_dir = cache_dir
+        cache_dir.mkdir(parents=True, exist_ok=True)  # before ranks are confined: Landlock rules need the folder to exist
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="compile")
         self._futures: dict[tuple, Future] = {}
         self._lock = threading.Lock()
