@@ -267,7 +267,7 @@ def prompt_command(
 
 
 def lint_command(problems: list, world: Optional[int], as_json: bool) -> None:
-    from problems.lint import lint_problem
+    from sandbox.problem_lint import lint_problem
 
     if world is not None:
         unsupported = [p.name for p in problems if world not in p.spec.world_sizes]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from problems import get_problem, problem_names
-from problems.lint import LintResult, lint_problem
+from sandbox.problem_lint import LintResult, lint_problem
 from problems.spec import load_problem
 
 
@@ -130,7 +130,7 @@ def test_cli_problems_check(monkeypatch: pytest.MonkeyPatch) -> None:
         result.add("outputs_nonconstant", ["rank 0 output 0 is all zero"])
         return result
 
-    monkeypatch.setattr("problems.lint.lint_problem", failing)
+    monkeypatch.setattr("sandbox.problem_lint.lint_problem", failing)
     failed = runner.invoke(app, ["problems", "--check", "broadcast", "all_to_all"])
     assert failed.exit_code == 1, failed.output
     assert "FAIL" in failed.output and "0 of 6" in failed.output

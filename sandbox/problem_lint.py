@@ -8,9 +8,6 @@ tight enough that a small error in one element, or the whole output off by 2%, i
 The reference runs through the trusted harness (``sandbox.harness.run.run_reference``), once
 per call of :func:`lint_problem`: every seed and perturbation is one trial of that run. The
 inputs are also checked directly, in this process (``make_inputs`` needs no process group).
-
-Unlike the rest of ``problems/``, this module uses the sandbox (imported inside the function,
-so importing ``problems`` never pulls the harness in).
 """
 
 from __future__ import annotations
