@@ -22,7 +22,7 @@ from sandbox import topology
 from sandbox.harness import protocol as p
 from sandbox.harness.compare import compare_outputs, error_summary
 from sandbox.harness.compile_server import CompileServer
-from sandbox.harness.config import HarnessConfig
+from sandbox.harness.config import HarnessConfig, StageTimeouts
 from sandbox.harness.confine import system_read_paths
 from sandbox.harness.ranks import RankGroup, StageTimeout
 from sandbox.harness.reference_cache import ReferenceCache, cache_key
@@ -195,12 +195,9 @@ class Evaluation:
         if self.expected is not None and not need_timing:
             self.report.reference_timing = self.reference_timing
             return
-        reference = self._start_group("reference")
-        self._await_ready(reference)
-        self._expect_done(reference.request(p.Load(), config.timeouts.build_s, "reference load"), "reference")
+        reference = self._loaded_reference()
         if self.expected is None:
-            replies = self._expect_done(reference.request(p.RunTrials(tuple(self.seeds)), config.timeouts.correctness_s, "reference run"), "reference")
-            self.expected = [[_unpacked(out) for out in r.payload] for r in replies]  # [rank][seed]
+            self.expected = self._reference_outputs(reference, p.RunTrials(tuple(self.seeds)))  # [rank][seed]
             if cache:
                 nbytes = sum(t.numel() * t.element_size() for rank in self.expected for out in rank for t in out.expected)
                 cache.store(outputs_key, "outputs", self.expected, nbytes)
@@ -210,6 +207,16 @@ class Evaluation:
                 cache.store(timing_key, "timing", self.reference_timing)
         self.report.reference_timing = self.reference_timing
         reference.close()
+
+    def _loaded_reference(self) -> RankGroup:
+        group = self._start_group("reference")
+        self._await_ready(group)
+        self._expect_done(group.request(p.Load(), self.config.timeouts.build_s, "reference load"), "reference")
+        return group
+
+    def _reference_outputs(self, group: RankGroup, command: p.RunTrials) -> list[list[p.ReferenceOutput]]:
+        replies = self._expect_done(group.request(command, self.config.timeouts.correctness_s, "reference run"), "reference")
+        return [[_unpacked(out) for out in reply.payload] for reply in replies]
 
     def _expect_done(self, replies: list, role: str) -> list[p.Done]:
         for reply in replies:
@@ -433,17 +440,15 @@ def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tupl
     problem lint and tests."""
     import tempfile
 
-    config = HarnessConfig(problem=problem.name, world=world, device=device, size=size, dtype=dtype, timed=False)
+    config = HarnessConfig(problem=problem.name, world=world, device=device, size=size, dtype=dtype, timed=False,
+                           timeouts=StageTimeouts(build_s=timeout_s, correctness_s=timeout_s))
     with tempfile.TemporaryDirectory(prefix="kloop-reference-") as tmp:
         evaluation = Evaluation(config, Path(tmp), problem=problem)
         evaluation.candidate_dir = evaluation.log_dir = Path(tmp)
-        group = evaluation._start_group("reference")
         try:
-            evaluation._await_ready(group)
-            evaluation._expect_done(group.request(p.Load(), timeout_s, "reference load"), "reference")
-            command = p.RunTrials(tuple(seeds), include_native=include_native, perturb=tuple(perturb))
-            replies = evaluation._expect_done(group.request(command, timeout_s, "reference run"), "reference")
-            return [[_unpacked(out) for out in reply.payload] for reply in replies]
+            group = evaluation._loaded_reference()
+            return evaluation._reference_outputs(group, p.RunTrials(tuple(seeds), include_native=include_native, perturb=tuple(perturb)))
         finally:
-            group.close()
+            for group in evaluation.groups:
+                group.close()
             evaluation.compile_server.close()
