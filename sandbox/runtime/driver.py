@@ -8,6 +8,8 @@ device pointer, an int a 4- or 8-byte integer, a float a float or double.
 from __future__ import annotations
 
 import ctypes
+import struct
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,6 +29,9 @@ def _lib() -> ctypes.CDLL:
     except OSError as error:
         raise CudaDriverError("the CUDA driver (libcuda.so.1) is not available: raw kernels need an NVIDIA GPU") from error
     lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    dims = [ctypes.c_uint] * 7  # grid x y z, block x y z, dynamic shared memory bytes
+    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, *dims, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.cuLaunchCooperativeKernel.argtypes = [ctypes.c_void_p, *dims, ctypes.c_void_p, ctypes.c_void_p]
     return lib
 
 
@@ -54,6 +59,10 @@ class CudaKernel:
         _check(_lib().cuModuleGetFunction(ctypes.byref(self._function), module, name.encode()), f"finding kernel {name!r} (is it extern \"C\"?)")
         self.param_sizes = self._param_sizes()
         self._shared_limit = 48 * 1024
+        self._slots = (ctypes.c_uint64 * max(len(self.param_sizes), 1))()
+        base = ctypes.addressof(self._slots)
+        self._pointers = (ctypes.c_void_p * max(len(self.param_sizes), 1))(*[base + 8 * i for i in range(len(self.param_sizes))])
+        self._lock = threading.Lock()
 
     def _param_sizes(self) -> list[int]:
         sizes = []
@@ -65,60 +74,59 @@ class CudaKernel:
             _check(result, "cuFuncGetParamInfo")
             sizes.append(size.value)
 
-    def _pack(self, args: Sequence[Any]) -> list[ctypes._SimpleCData]:
+    def _slot(self, index: int, value: Any, size: int, torch) -> int:
+        """``value`` as the 64-bit integer whose low ``size`` bytes are the parameter's bytes."""
+        where = f"argument {index} of kernel {self.name}"
+        if isinstance(value, torch.Tensor):
+            if not value.is_cuda:
+                raise TypeError(f"{where}: tensor is on {value.device}, not a GPU")
+            if size != 8:
+                raise TypeError(f"{where}: got a tensor but the kernel takes a {size}-byte value")
+            return value.data_ptr()
+        if isinstance(value, ctypes._SimpleCData):
+            if ctypes.sizeof(value) != size:
+                raise TypeError(f"{where}: {type(value).__name__} is {ctypes.sizeof(value)} bytes, the kernel takes {size}")
+            return int.from_bytes(ctypes.string_at(ctypes.addressof(value), size), "little")
+        if isinstance(value, bool):
+            if size not in (1, 4):
+                raise TypeError(f"{where}: a bool cannot fill a {size}-byte parameter")
+            return int(value)
+        if isinstance(value, int):
+            if size not in (4, 8):
+                raise TypeError(f"{where}: an int cannot fill a {size}-byte parameter")
+            if not -(2 ** (8 * size - 1)) <= value < 2 ** (8 * size):
+                raise TypeError(f"{where}: {value} does not fit in {size} bytes")
+            return value & ((1 << (8 * size)) - 1)
+        if isinstance(value, float):
+            if size not in (4, 8):
+                raise TypeError(f"{where}: a float cannot fill a {size}-byte parameter")
+            return struct.unpack("<I" if size == 4 else "<Q", struct.pack("<f" if size == 4 else "<d", value))[0]
+        raise TypeError(f"{where}: cannot pass {type(value).__name__} (use a tensor, int, float or ctypes value)")
+
+    def __call__(self, grid, block, args: Sequence[Any] = (), shared_mem: int = 0, stream: Any = None, cooperative: bool = False) -> None:
+        """Launch on ``stream`` (default: torch's current stream). Each parameter sits in its own
+        8-byte slot of a buffer kept with the kernel (the driver copies parameters at launch),
+        so a launch costs a few microseconds of host time."""
         import torch
 
         if len(args) != len(self.param_sizes):
             raise TypeError(f"kernel {self.name} takes {len(self.param_sizes)} arguments, got {len(args)}")
-        packed = []
-        for index, (value, size) in enumerate(zip(args, self.param_sizes)):
-            where = f"argument {index} of kernel {self.name}"
-            if isinstance(value, torch.Tensor):
-                if not value.is_cuda:
-                    raise TypeError(f"{where}: tensor is on {value.device}, not a GPU")
-                if size != 8:
-                    raise TypeError(f"{where}: got a tensor but the kernel takes a {size}-byte value")
-                packed.append(ctypes.c_uint64(value.data_ptr()))
-            elif isinstance(value, ctypes._SimpleCData):
-                if ctypes.sizeof(value) != size:
-                    raise TypeError(f"{where}: {type(value).__name__} is {ctypes.sizeof(value)} bytes, the kernel takes {size}")
-                packed.append(value)
-            elif isinstance(value, bool):
-                packed.append({1: ctypes.c_bool, 4: ctypes.c_int32}[size](value))
-            elif isinstance(value, int):
-                if size == 4:
-                    packed.append(ctypes.c_int32(value) if value < 2**31 else ctypes.c_uint32(value))
-                elif size == 8:
-                    packed.append(ctypes.c_int64(value) if value < 2**63 else ctypes.c_uint64(value))
-                else:
-                    raise TypeError(f"{where}: an int cannot fill a {size}-byte parameter")
-            elif isinstance(value, float):
-                if size not in (4, 8):
-                    raise TypeError(f"{where}: a float cannot fill a {size}-byte parameter")
-                packed.append(ctypes.c_float(value) if size == 4 else ctypes.c_double(value))
-            else:
-                raise TypeError(f"{where}: cannot pass {type(value).__name__} (use a tensor, int, float or ctypes value)")
-        return packed
-
-    def __call__(self, grid, block, args: Sequence[Any] = (), shared_mem: int = 0, stream: Any = None, cooperative: bool = False) -> None:
-        import torch
-
-        grid = tuple(grid) + (1,) * (3 - len(tuple(grid)))
-        block = tuple(block) + (1,) * (3 - len(tuple(block)))
+        gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+        bx, by, bz = (tuple(block) + (1, 1))[:3]
         if shared_mem > self._shared_limit:
             _check(_lib().cuFuncSetAttribute(self._function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_mem)),
                    f"raising the dynamic shared memory of {self.name} to {shared_mem} bytes")
             self._shared_limit = shared_mem
-        packed = self._pack(args)
-        pointers = (ctypes.c_void_p * max(len(packed), 1))(*[ctypes.cast(ctypes.pointer(p), ctypes.c_void_p) for p in packed])
         handle = (stream if stream is not None else torch.cuda.current_stream()).cuda_stream
-        if cooperative:
-            result = _lib().cuLaunchCooperativeKernel(self._function, *map(ctypes.c_uint, grid), *map(ctypes.c_uint, block),
-                                                     ctypes.c_uint(shared_mem), ctypes.c_void_p(handle), pointers)
-        else:
-            result = _lib().cuLaunchKernel(self._function, *map(ctypes.c_uint, grid), *map(ctypes.c_uint, block),
-                                          ctypes.c_uint(shared_mem), ctypes.c_void_p(handle), pointers, None)
-        _check(result, f"launching {self.name} with grid {grid} block {block}")
+        with self._lock:
+            for index, (value, size) in enumerate(zip(args, self.param_sizes)):
+                self._slots[index] = self._slot(index, value, size, torch)
+            if cooperative:
+                result = _lib().cuLaunchCooperativeKernel(self._function, gx, gy, gz, bx, by, bz, shared_mem, handle, self._pointers)
+            else:
+                result = _lib().cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, shared_mem, handle, self._pointers, None)
+        if result:
+            _check(result, f"launching {self.name} with grid {(gx, gy, gz)} block {(bx, by, bz)}")
 
 
 class CudaModule:
