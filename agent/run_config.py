@@ -22,4 +22,5 @@ class RunConfig(BaseModel):
     sandbox: str = "local"
     sandbox_options: dict[str, Any] = Field(default_factory=dict)
     out: Path = Path("runs")
-    examples: bool = Field(True, description="show oracle solutions as in-context examples (where the problem has them)")
+    examples: bool = Field(True, description="show oracle solutions of other problems as in-context examples (where there are some)")
+    cheat_sheet: bool = Field(True, description="include the multi-GPU cheat sheet in the task prompt (GPU runs); off for zero-shot runs")

@@ -10,5 +10,5 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), 'GPU(s)')"
 SELECT=${1:-}
-timeout 480 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_gpu.py ${SELECT:+-k "$SELECT"} 2>&1 | tee "$OUT/gpu_tests.log"
+timeout 480 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_gpu.py tests/test_gpu_perf.py ${SELECT:+-k "$SELECT"} 2>&1 | tee "$OUT/gpu_tests.log"
 timeout 120 python3 benchmarks/eval_latency.py --device cuda --world 1 --json "$OUT/eval_latency.json" 2>&1 | tee "$OUT/eval_latency.log"
