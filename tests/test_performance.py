@@ -111,7 +111,7 @@ def test_tiny_call_is_latency_bound():
 def test_near_full_hbm_is_hbm_bound_and_unprofiled_analysis_still_has_rates():
     analysis = analyse(timing(1.0), roof(comm=1e6, hbm=3.6e9))
     assert analysis.bottleneck == "hbm" and analysis.hbm_fraction == 0.9 and analysis.busy_ms is None
-    assert render("feedback/bottleneck", a=analysis).startswith("HBM: 3.6e+03 MB of memory traffic per rank at 3600 GB/s is 90% of 4000 GB/s.")
+    assert render("feedback/bottleneck", a=analysis).startswith("HBM: 3.6 GB of memory traffic per rank at 3600 GB/s is 90% of 4000 GB/s.")
 
 
 def test_device_activities_reads_the_profilers_device_events():
