@@ -27,7 +27,6 @@ SERIAL_MIN_SHARE = 0.15     # communication and compute each at least this share
 SERIAL_MAX_OVERLAP = 0.1    # ... and overlapping less than this fraction of the smaller one
 LATENCY_CALL_MS = 0.05      # calls shorter than this, with the roofline under LATENCY_BOUND_SHARE of them,
 LATENCY_BOUND_SHARE = 0.25  # are latency-bound (barriers, launches)
-SOME_IDLE = 0.25            # otherwise, idle this much still makes host overhead the first thing to fix
 
 
 @dataclass(frozen=True)
@@ -157,6 +156,6 @@ def _bottleneck(fields: dict, fractions: dict[str, float]) -> str | None:
             return "serialised"
     if fields["call_ms"] < LATENCY_CALL_MS and fields["roofline_ms"] < LATENCY_BOUND_SHARE * fields["call_ms"]:
         return "latency"
-    if idle is not None and idle >= SOME_IDLE:
-        return "host_overhead"
+    if idle is not None and fields["idle_ms"] > fields["busy_ms"] - fields["roofline_ms"]:
+        return "host_overhead"  # the idle time is a bigger loss than the device's distance from the roofline
     return busiest

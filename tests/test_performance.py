@@ -89,6 +89,15 @@ def test_idle_gpu_is_host_overhead():
     assert render("feedback/bottleneck", a=analysis).startswith("launch/host overhead: the GPU is idle 70% of the call (0.07 of 0.1 ms)")
 
 
+def test_a_slow_kernel_is_named_before_a_smaller_idle_time():
+    # busy 0.335 ms against a 0.032 ms roofline, idle 0.127 ms: the kernel is the bigger loss
+    slow = analyse(timing(0.462), roof(comm=0.0, hbm=134e6, hbm_rate=4194.0), profile(act("one_shot", 0, 335)))
+    assert slow.idle_fraction == pytest.approx(0.2749, abs=1e-3) and slow.bottleneck == "hbm"
+    # busy close to the roofline, idle 40%: host overhead is the bigger loss
+    lean = analyse(timing(0.1), roof(comm=16e6), profile(act("one_shot", 0, 60)))
+    assert lean.bottleneck == "host_overhead"
+
+
 def test_gemm_then_nccl_without_overlap_is_serialised():
     analysis = analyse(timing(1.0), roof(comm=100e6, flops=200e9),
                        profile(act("sm90_xmma_gemm_bf16", 0, 500), act("ncclDevKernel_ReduceScatter", 500, 950)))
