@@ -197,7 +197,8 @@ def run_command(
     max_tokens: Optional[int] = typer.Option(None, help="token budget for the run"),
     max_cost: Optional[float] = typer.Option(None, help="cost budget in USD"),
     max_wall: Optional[float] = typer.Option(None, help="wall-time budget in seconds"),
-    examples: bool = typer.Option(True, help="show oracle solutions as in-context examples"),
+    examples: bool = typer.Option(True, help="show oracle solutions of other problems as in-context examples"),
+    cheat_sheet: bool = typer.Option(True, help="include the multi-GPU cheat sheet in the task prompt (--no-cheat-sheet: zero-shot)"),
     gpus: Optional[str] = typer.Option(None, help="GPUs the run may use, e.g. 0,1,2,3"),
     image: Optional[str] = typer.Option(None, help="sandbox image for --sandbox docker"),
 ) -> None:
@@ -219,8 +220,10 @@ def run_command(
     config = RunConfig(problem=problem, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
                        budget=Budget(steps=1 if mode == Mode.single else steps, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall),
                        harness=harness_config(problem, world, device, size, trials, None, allow_nccl, True),
-                       sandbox=sandbox, out=out, examples=examples)
+                       sandbox=sandbox, out=out, examples=examples, cheat_sheet=cheat_sheet)
     box_options = sandbox_options(sandbox, device.value, world, gpus, image)
+    if device == Device.cuda:
+        ensure_topology()
     folder = new_run_folder(out, problem, model)
     (folder / "config.json").write_text(config.model_dump_json(indent=2))
     trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json")})
@@ -253,17 +256,59 @@ def prompt_command(
     size: Optional[str] = typer.Option(None),
     steps: int = typer.Option(10, min=1),
     allow_nccl: bool = typer.Option(False),
-    examples: bool = typer.Option(True),
+    examples: bool = typer.Option(True, help="show oracle solutions of other problems as in-context examples"),
+    cheat_sheet: bool = typer.Option(True, help="include the multi-GPU cheat sheet"),
 ) -> None:
     """Print the first prompt (system + task) a model would get, without calling any model."""
-    from agent.prompting import system_prompt, task_prompt
+    from agent.prompting import system_prompt, task_options, task_prompt
 
     spec = resolve_problem(problem)
     config = harness_config(problem, world, device, size, 5, None, allow_nccl, True)
     print("=== system ===")
     print(system_prompt())
     print("=== user ===")
-    print(task_prompt(spec, config, steps))
+    print(task_prompt(spec, config, steps, **task_options(spec, cheat_sheet, examples)))
+
+
+def ensure_topology() -> None:
+    """Measure this host once (cached) before a GPU run, so its prompt and rooflines use measured rates."""
+    from sandbox.topology_measure import TopologyUnavailable, cached_measurement, measure_host
+
+    if cached_measurement() is not None:
+        return
+    try:
+        with console.status("measuring this host's GPUs and links once (cached for later runs)...", spinner="dots"):
+            measure_host()
+    except TopologyUnavailable as error:
+        errors.print(f"[yellow]note:[/] {error}; using datasheet rates", highlight=False)
+
+
+@app.command("topology")
+def topology_command(
+    refresh: bool = typer.Option(False, "--refresh", help="measure again even if this host is cached"),
+    as_json: bool = typer.Option(False, "--json", help="print the measurement as JSON"),
+) -> None:
+    """This host's GPUs, links and measured copy bandwidths (measured once in a subprocess, then cached)."""
+    from sandbox.topology_measure import TopologyUnavailable, cache_path, measure_host
+
+    try:
+        if as_json:
+            measurement, _ = measure_host(refresh=refresh)
+        else:
+            with console.status("measuring GPUs and links (a subprocess; tens of seconds)...", spinner="dots"):
+                measurement, fresh = measure_host(refresh=refresh)
+    except TopologyUnavailable as error:
+        errors.print(f"[bold]no measured topology:[/] {error}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        print(measurement.model_dump_json(indent=2))
+        return
+    from agent.render import print_topology
+    from sandbox.runtime.build import default_cache_root
+
+    print_topology(measurement, console)
+    where = cache_path(default_cache_root(), measurement.key)
+    console.print(f"{'measured now' if fresh else 'from the cache'}: {where} (--refresh measures again)", highlight=False)
 
 
 def lint_command(problems: list, world: Optional[int], as_json: bool) -> None:

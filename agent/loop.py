@@ -14,7 +14,7 @@ import structlog
 from agent import budget as budgets
 from agent.control import NonTerminating, ProviderFailed, Submitted, Terminating
 from agent.extract import extract_solution
-from agent.prompting import feedback_prompt, system_prompt, task_prompt
+from agent.prompting import feedback_prompt, system_prompt, task_options, task_prompt
 from agent.providers import Message, Model, ModelResponse, ProviderError
 from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
@@ -46,7 +46,8 @@ class Agent:
         """Run until a budget is spent or the run is done; returns the exit status."""
         steps = 1 if self.config.mode == "single" else self.config.budget.steps
         self.trajectory.add("system", system_prompt())
-        self.trajectory.add("user", task_prompt(self.problem, self.config.harness, steps, **self.task_context))
+        context = {**task_options(self.problem, self.config.cheat_sheet, self.config.examples), **self.task_context}
+        self.trajectory.add("user", task_prompt(self.problem, self.config.harness, steps, **context))
         self.log.info("run_started", mode=self.config.mode, steps=steps)
         exit_status, message = "Interrupted", "interrupted"
         try:

@@ -12,36 +12,73 @@ from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
+MAX_EXAMPLES = 2
 
 
 def host_topology(config: HarnessConfig) -> topology.Topology | None:
-    """What the task prompt says about the hardware (None on CPU)."""
+    """What the task prompt says about the hardware (None on CPU): this host's measured
+    topology when it has been measured (``kloop topology``), else the datasheet."""
     if config.device == "cpu":
         return None
-    name = topology.gpu_model_name() or "NVIDIA H200"
-    found = topology.datasheet_topology(name, config.world)
-    return found or topology.Topology(gpu_name=name, gpu_count=config.world, link="NVLink", link_gbps=450.0, hbm_gbps=3000.0, tflops=500.0)
+    return topology.host_topology(config.world, cache_root=config.cache_dir)
 
 
 def system_prompt() -> str:
     return render("system")
 
 
-def task_prompt(problem: Problem, config: HarnessConfig, steps: int, cheat_sheet: str = "", examples: list[dict] = ()) -> str:
+def cheat_sheet(hardware: topology.Topology) -> str:
+    return render("cheat_sheet.md", topology=hardware)
+
+
+def oracle_examples(problem: Problem, limit: int = MAX_EXAMPLES) -> list[dict[str, str]]:
+    """In-context examples: hand-written solutions (``oracle.py``) of *other* problems, the same
+    category first. A problem's own oracle is never shown: it would be the answer."""
+    from problems import all_problems
+
+    others = [p for p in all_problems() if p.name != problem.name and p.oracle_path is not None]
+    others.sort(key=lambda p: (p.spec.category != problem.spec.category, p.name))
+    examples = []
+    for other in others[:limit]:
+        source = other.oracle_path.read_text()
+        examples.append({"title": f"{other.name} ({other.spec.pattern})", "note": _docstring(source) or other.spec.description,
+                         "source": source.strip()})
+    return examples
+
+
+def _docstring(source: str) -> str:
+    import ast
+
+    try:
+        return (ast.get_docstring(ast.parse(source)) or "").strip()
+    except SyntaxError:
+        return ""
+
+
+def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sheet_on: bool = False,
+                examples: list[dict] | tuple = (), hardware: topology.Topology | None = None) -> str:
+    """The first user message. ``hardware`` overrides this host's topology (tests render with a
+    fixed one); the cheat sheet is only for GPU runs."""
     size = config.resolved_size()
     shape = problem.shape(size)
     dtype = config.dtype or problem.spec.dtype
-    topo = host_topology(config)
+    topo = hardware if hardware is not None and config.device != "cpu" else host_topology(config)
     bound = None
     if topo is not None and config.device == "cuda":
         cost = problem.cost(config.world, ITEMSIZE[dtype], **shape)
         bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
+    sheet = cheat_sheet(topo) if cheat_sheet_on and topo is not None else ""
     return render(
         "task", problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,
         inputs=problem.input_signature(config.world, size, dtype) or [], size=size, shape=shape, dtype=dtype,
         device=config.device, topology=topo, roofline=bound, allow_nccl=config.allow_nccl, steps=steps,
-        cheat_sheet=cheat_sheet, examples=list(examples),
+        cheat_sheet=sheet.strip(), examples=list(examples),
     )
+
+
+def task_options(problem: Problem, cheat_sheet_on: bool, examples_on: bool) -> dict[str, Any]:
+    """The switches of a run turned into ``task_prompt`` keyword arguments."""
+    return {"cheat_sheet_on": cheat_sheet_on, "examples": oracle_examples(problem) if examples_on else []}
 
 
 def feedback_prompt(report: EvalReport, step: int, budget: Budget, spend: Spend, best: dict[str, Any] | None) -> str:

@@ -7,7 +7,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from sandbox.report import EvalReport
+from sandbox.report import EvalReport, ProfileSummary
+from sandbox.topology_measure import HostMeasurement
 
 STATUS_STYLE = {"correct": "bold green", "wrong": "bold red", "build_failed": "bold yellow", "crashed": "bold red",
                 "timeout": "bold magenta", "rejected": "bold red"}
@@ -58,13 +59,13 @@ def report_renderable(report: EvalReport) -> Group:
         line.append(f"reference cache {report.reference_cache}")
     if line:
         parts.append(Text("  ".join(line)))
-    if report.profile:
-        table = Table(title=f"profile, rank 0, {report.profile.iterations} calls", title_justify="left", show_edge=False)
-        for column in ("kernel", "calls", "total us", "share"):
-            table.add_column(column)
-        for kernel in report.profile.kernels[:8]:
-            table.add_row(kernel.name[:70], str(kernel.calls), f"{kernel.total_us:.1f}", f"{100 * kernel.share:.0f}%")
-        parts.append(table)
+    if report.analysis is not None:
+        parts.append(_analysis_text("candidate", report.analysis))
+    if report.reference_analysis is not None:
+        parts.append(_analysis_text("reference", report.reference_analysis))
+    for name, profile in (("candidate", report.profile), ("reference", report.reference_profile)):
+        if profile:
+            parts.append(_profile_table(name, profile))
     for note in report.notes:
         parts.append(Text(f"note: {note}", style="italic"))
     if report.build_log:
@@ -72,6 +73,70 @@ def report_renderable(report: EvalReport) -> Group:
     for excerpt in report.logs:
         parts.append(Panel(excerpt.text()[-3000:], title=excerpt.name, title_align="left"))
     return Group(*parts)
+
+
+def _profile_table(name: str, profile: ProfileSummary) -> Table:
+    table = Table(title=f"{name} profile, rank {profile.rank}, {profile.iterations} calls", title_justify="left", show_edge=False)
+    for column in ("kernel", "kind", "calls", "total us", "share"):
+        table.add_column(column)
+    for kernel in profile.kernels[:8]:
+        table.add_row(kernel.name[:70], kernel.kind, str(kernel.calls), f"{kernel.total_us:.1f}", f"{100 * kernel.share:.0f}%")
+    return table
+
+
+def _analysis_text(name: str, analysis) -> Text:
+    from prompts import render
+
+    line = f"{name}: {analysis.call_ms:.4g} ms"
+    if analysis.busy_ms is not None:
+        line += (f", busy {analysis.busy_ms:.3g} ms (communication {analysis.communication_ms:.3g}, compute {analysis.compute_ms:.3g}, "
+                 f"custom {analysis.custom_ms:.3g}, copy {analysis.copy_ms:.3g}, other {analysis.other_ms:.3g}), "
+                 f"idle {analysis.idle_ms:.3g} ms ({100 * analysis.idle_fraction:.0f}%)")
+    if analysis.bottleneck:
+        line += "\n  bound: " + render("feedback/bottleneck", a=analysis).strip()
+    return Text(line)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def topology_renderable(measurement: HostMeasurement) -> Group:
+    gpus = Table(title=f"{measurement.host}: {len(measurement.gpus)} GPU(s), {measurement.link}, driver {measurement.driver}, "
+                       f"torch {measurement.torch}", title_justify="left", show_edge=False)
+    for column in ("gpu", "name", "SMs", "memory GiB", "NVLinks", "HBM copy GB/s"):
+        gpus.add_column(column)
+    for gpu in measurement.gpus:
+        gpus.add_row(str(gpu.ordinal), gpu.name, str(gpu.sm_count), f"{gpu.memory_mib / 1024:.0f}", str(gpu.nvlinks_active),
+                     _rate(gpu.hbm_copy_gbps))
+    parts: list = [gpus]
+    if measurement.pairs:
+        pairs = Table(title=f"peer bandwidth, GB/s per direction ({measurement.transfer_mib} MiB transfers)", title_justify="left",
+                      show_edge=False)
+        for column in ("src -> dst", "P2P", "copy engine", "SM push", "SM pull"):
+            pairs.add_column(column)
+        for pair in measurement.pairs:
+            pairs.add_row(f"{pair.src} -> {pair.dst}", "yes" if pair.peer_access else "no", _rate(pair.copy_engine_gbps),
+                          _rate(pair.sm_write_gbps), _rate(pair.sm_read_gbps))
+        parts.append(pairs)
+    summary = [f"median HBM copy {_rate(measurement.median_hbm_copy_gbps())} GB/s"]
+    if measurement.pairs:
+        summary.append(f"median peer: copy engine {_rate(measurement.median('copy_engine_gbps'))}, "
+                       f"push {_rate(measurement.median('sm_write_gbps'))}, pull {_rate(measurement.median('sm_read_gbps'))} GB/s")
+    if measurement.all_peers_write_gbps:
+        summary.append(f"all GPUs pushing to all peers at once: {measurement.all_peers_write_gbps:.0f} GB/s per GPU")
+    if measurement.sm_write_gbps_by_blocks:
+        summary.append("push 0 -> 1 by blocks: " + ", ".join(f"{b}: {g:.0f}" for b, g in measurement.sm_write_gbps_by_blocks.items()))
+    summary.append(f"roofline link rate: {_rate(measurement.best_link_gbps())} GB/s" if measurement.best_link_gbps()
+                   else "roofline link rate: datasheet (no peer measured)")
+    parts.extend(Text(line) for line in summary)
+    parts.extend(Text(f"note: {note}", style="italic") for note in measurement.notes)
+    parts.append(Text(f"measured {measurement.measured_at} in {measurement.wall_s:.1f} s", style="dim"))
+    return Group(*parts)
+
+
+def print_topology(measurement: HostMeasurement, console: Console | None = None) -> None:
+    (console or Console()).print(topology_renderable(measurement))
 
 
 def print_report(report: EvalReport, console: Console | None = None) -> None:

@@ -21,4 +21,5 @@ class RunConfig(BaseModel):
     harness: HarnessConfig
     sandbox: str = "local"
     out: Path = Path("runs")
-    examples: bool = Field(True, description="show oracle solutions as in-context examples (where the problem has them)")
+    examples: bool = Field(True, description="show oracle solutions of other problems as in-context examples (where there are some)")
+    cheat_sheet: bool = Field(True, description="include the multi-GPU cheat sheet in the task prompt (GPU runs); off for zero-shot runs")

@@ -53,17 +53,36 @@ class Timing(BaseModel):
     input_sets: int
 
 
+ActivityKind = Literal["communication", "compute", "custom", "copy", "other"]
+
+
 class KernelStat(BaseModel):
+    """One kernel (or memcpy / memset) name's device time over the profiled calls."""
+
     name: str
     calls: int
     total_us: float
     share: float = Field(description="fraction of all device time in the profiled window")
+    kind: ActivityKind = Field("custom", description="communication: NCCL, peer memcpy, torch symmetric-memory kernels; compute: "
+                               "GEMM libraries; copy: memcpy/memset (local or through symmetric buffers); other: torch's own "
+                               "kernels; custom: everything else (the solution's own kernels)")
 
 
 class ProfileSummary(BaseModel):
+    """A few calls of one rank under the profiler. Per-call times are the profiled totals
+    divided by the number of calls; ``busy`` counts overlapping activity once."""
+
     device_total_us: float
     iterations: int
     kernels: list[KernelStat]
+    rank: int = 0
+    wall_us_per_call: float | None = Field(None, description="host-measured call + device sync, under the profiler")
+    busy_us_per_call: float | None = Field(None, description="time any kernel or copy ran (union over streams)")
+    communication_us_per_call: float = 0.0
+    compute_us_per_call: float = 0.0
+    custom_us_per_call: float = 0.0
+    copy_us_per_call: float = 0.0
+    other_us_per_call: float = 0.0
 
 
 class LogExcerpt(BaseModel):
@@ -93,6 +112,48 @@ class Roofline(BaseModel):
     link_gbps: float
     hbm_gbps: float
     tflops: float
+    link_measured: bool = Field(False, description="link_gbps was measured on this host (else datasheet)")
+    hbm_measured: bool = Field(False, description="hbm_gbps was measured on this host (else datasheet)")
+
+
+Bottleneck = Literal["interconnect", "hbm", "compute", "host_overhead", "serialised", "latency"]
+
+
+class PerformanceAnalysis(BaseModel):
+    """Where one call's time goes against the roofline: achieved rates per resource, the
+    profile's split into communication / compute / custom kernels / idle, and what bounds it.
+    Rates are per rank; ``*_fraction`` is achieved over available."""
+
+    call_ms: float = Field(description="the timed call (slowest rank's median)")
+    roofline_ms: float
+    roofline_fraction: float = Field(description="roofline_ms / call_ms")
+    comm_bytes_per_rank: float
+    hbm_bytes_per_rank: float
+    flops_per_rank: float
+    achieved_comm_gbps: float | None = None
+    link_gbps: float
+    link_fraction: float | None = None
+    achieved_hbm_gbps: float | None = None
+    hbm_gbps: float
+    hbm_fraction: float | None = None
+    achieved_tflops: float | None = None
+    tflops: float
+    compute_fraction: float | None = None
+    link_measured: bool = False
+    hbm_measured: bool = False
+    profiled_rank: int | None = None
+    busy_ms: float | None = Field(None, description="device busy per call, from the profile")
+    idle_ms: float | None = Field(None, description="call_ms - busy_ms: host overhead, launch gaps, serialisation")
+    idle_fraction: float | None = None
+    communication_ms: float | None = None
+    compute_ms: float | None = None
+    custom_ms: float | None = None
+    copy_ms: float | None = None
+    other_ms: float | None = None
+    overlap_ms: float | None = Field(None, description="kernel time that ran concurrently with other kernel time")
+    bottleneck: Bottleneck | None = None
+    busiest_resource: Literal["interconnect", "hbm", "compute"] | None = None
+    busiest_fraction: float | None = None
 
 
 class CompileStats(BaseModel):
@@ -123,6 +184,9 @@ class EvalReport(BaseModel):
     roofline_fraction: float | None = None
     achieved_comm_gbps: float | None = None
     profile: ProfileSummary | None = None
+    reference_profile: ProfileSummary | None = None
+    analysis: PerformanceAnalysis | None = None
+    reference_analysis: PerformanceAnalysis | None = None
     build_log: LogExcerpt | None = None
     compiles: CompileStats = Field(default_factory=CompileStats)
     logs: list[LogExcerpt] = Field(default_factory=list)

@@ -18,7 +18,7 @@ import structlog
 
 from problems import get_problem
 from problems.spec import Problem
-from sandbox import topology
+from sandbox import performance, topology
 from sandbox.harness import protocol as p
 from sandbox.harness.compare import compare_outputs, error_summary
 from sandbox.harness.compile_server import CompileServer
@@ -36,6 +36,7 @@ log = structlog.get_logger(__name__)
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 STRESS_BATCH_BYTES = 2 * 2**30  # candidate outputs held per rank before they are checked
 ROTATE_INPUT_BYTES = 2 * 60 * 2**20  # rotate input sets until together they exceed twice an H200's L2
+PROFILED_CALLS = 5
 
 
 class Verdict(Exception):
@@ -190,9 +191,12 @@ class Evaluation:
         timing_key = cache_key(**identity, timing=[self.timing_seed, config.warmup, config.iterations, config.timing_budget_s])
         self.expected = cache.load(outputs_key, "outputs") if cache else None
         self.reference_timing = cache.load(timing_key, "timing") if cache and config.is_timed() else None
+        self.report.reference_profile = cache.load(timing_key, "profile") if cache and self._profiles_reference() else None
         need_timing = config.is_timed() and self.reference_timing is None
-        self.report.reference_cache = "off" if cache is None else ("hit" if self.expected is not None and not need_timing else "miss")
-        if self.expected is not None and not need_timing:
+        need_profile = self._profiles_reference() and self.report.reference_profile is None
+        cached = self.expected is not None and not need_timing and not need_profile
+        self.report.reference_cache = "off" if cache is None else ("hit" if cached else "miss")
+        if cached:
             self.report.reference_timing = self.reference_timing
             return
         reference = self._loaded_reference()
@@ -206,6 +210,13 @@ class Evaluation:
             if cache:
                 cache.store(timing_key, "timing", self.reference_timing)
         self.report.reference_timing = self.reference_timing
+        if need_profile:
+            try:
+                self.report.reference_profile = self._profile_group(reference, "reference", self.reference_timing)
+            except StageTimeout as timeout:
+                self.report.notes.append(f"profiling the reference failed: {timeout}")
+            if cache and self.report.reference_profile is not None:
+                cache.store(timing_key, "profile", self.report.reference_profile)
         reference.close()
 
     def _loaded_reference(self) -> RankGroup:
@@ -217,6 +228,11 @@ class Evaluation:
     def _reference_outputs(self, group: RankGroup, command: p.RunTrials) -> list[list[p.ReferenceOutput]]:
         replies = self._expect_done(group.request(command, self.config.timeouts.correctness_s, "reference run"), "reference")
         return [[_unpacked(out) for out in reply.payload] for reply in replies]
+
+    def _profiles_reference(self) -> bool:
+        """The reference is profiled (cheaply: a few calls, cached with its timing) whenever it is
+        timed and the candidate will be profiled, so the model sees what NCCL does."""
+        return self.config.is_timed() and self.config.is_profiled()
 
     def _expect_done(self, replies: list, role: str) -> list[p.Done]:
         for reply in replies:
@@ -342,16 +358,27 @@ class Evaluation:
         ref, cand = self.report.reference_timing, self.report.candidate_timing
         if ref and cand and cand.median_ms > 0:
             self.report.speedup = round(ref.median_ms / cand.median_ms, 4)
-        if self.config.device == "cuda":
-            topo = topology.datasheet_topology(self.device_name, self.config.world)
-            if topo is not None and cand is not None:
-                itemsize = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[self.dtype]
-                cost = self.problem.cost(self.config.world, itemsize, **self.shape)
-                bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
-                self.report.roofline = bound
-                self.report.roofline_fraction = round(bound.bound_ms / cand.median_ms, 4) if cand.median_ms else None
-                if cost.comm_bytes:
-                    self.report.achieved_comm_gbps = round(cost.comm_bytes / (cand.median_ms * 1e-3) / 1e9, 2)
+        if self.config.device == "cuda" and cand is not None:
+            topo = topology.host_topology(self.config.world, self.device_name, self.cache_root)
+            itemsize = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[self.dtype]
+            cost = self.problem.cost(self.config.world, itemsize, **self.shape)
+            bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
+            self.report.roofline = bound
+            self.report.roofline_fraction = round(bound.bound_ms / cand.median_ms, 4) if cand.median_ms else None
+            if cost.comm_bytes and cand.median_ms:
+                self.report.achieved_comm_gbps = round(cost.comm_bytes / (cand.median_ms * 1e-3) / 1e9, 2)
+            self._analyse()
+
+    def _analyse(self) -> None:
+        """The candidate's and the reference's calls against the roofline (with their profiles
+        once there are some)."""
+        report = self.report
+        if report.roofline is None:
+            return
+        if report.candidate_timing is not None:
+            report.analysis = performance.analyse(report.candidate_timing, report.roofline, report.profile)
+        if report.reference_timing is not None:
+            report.reference_analysis = performance.analyse(report.reference_timing, report.roofline, report.reference_profile)
 
     def _time(self, group: RankGroup, role: str) -> Timing:
         config = self.config
@@ -378,12 +405,20 @@ class Evaluation:
         self._judge([[_unpacked(out) for out in r.payload] for r in replies], [trial], after_timing=self.config.is_timed())
 
     def _profile(self) -> None:
-        replies = self.candidate.request(p.Profile(iterations=5, seed=self.timing_seed), self.config.timeouts.profile_s, "profile")
+        self.report.profile = self._profile_group(self.candidate, "candidate", self.report.candidate_timing)
+        self._analyse()
+
+    def _profile_group(self, group: RankGroup, role: str, timing: Timing | None) -> ProfileSummary | None:
+        """Profile a few calls on every rank; keep the slowest rank's profile (rank 0 untimed)."""
+        command = p.Profile(iterations=PROFILED_CALLS, seed=self.timing_seed)
+        replies = group.request(command, self.config.timeouts.profile_s, f"{role} profile")
         done = [r for r in replies if isinstance(r, p.Done)]
-        if len(done) == len(replies):
-            self.report.profile = ProfileSummary(**done[0].payload)
-        else:
-            self.report.notes.append("profiling failed: " + next(r.message for r in replies if isinstance(r, p.Failed)))
+        if len(done) != len(replies):
+            self.report.notes.append(f"profiling the {role} failed: " + next(r.message for r in replies if isinstance(r, p.Failed)))
+            return None
+        medians = timing.per_rank_median_ms if timing is not None else []
+        rank = max(range(len(medians)), key=medians.__getitem__) if len(medians) == len(done) else 0
+        return ProfileSummary(**done[rank].payload)
 
     # ------------------------------------------------------------------ report
     def _success_message(self) -> str:

@@ -275,7 +275,12 @@ class _Rank:
         from sandbox.harness.profiling import profile_calls
 
         inputs = self._inputs(command.seed)
-        return profile_calls(self.torch, lambda: self._call(inputs), self._synchronize, command.iterations)
+
+        def align() -> None:
+            self._host_barrier()
+            self._synchronize()
+
+        return profile_calls(self.torch, lambda: self._call(inputs), self._synchronize, command.iterations, align, self.args.rank)
 
 
 def _die_with_parent() -> None:
