@@ -62,10 +62,10 @@ def test_topology_probe_measures_this_host(measured):
 
 def test_kloop_topology_cli_reads_the_cache(measured):
     env = {**os.environ, "KLOOP_CACHE_DIR": str(default_cache_root())}
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "topology", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "agent", "topology", "--json"], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["key"] == measured[0].key
-    table = subprocess.run([sys.executable, "-m", "agent.cli", "topology"], capture_output=True, text=True, env=env, timeout=120)
+    table = subprocess.run([sys.executable, "-m", "agent", "topology"], capture_output=True, text=True, env=env, timeout=120)
     print("\n" + table.stdout)
     assert table.returncode == 0 and "from the cache" in table.stdout
 

@@ -97,7 +97,7 @@ def test_kloop_topology_without_gpu_prints_one_line():
     if nvml.gpu_model_name() is not None:
         pytest.skip("this machine has a GPU")
     for extra in ([], ["--json"], ["--refresh"]):
-        result = subprocess.run([sys.executable, "-m", "agent.cli", "topology", *extra], capture_output=True, text=True)
+        result = subprocess.run([sys.executable, "-m", "agent", "topology", *extra], capture_output=True, text=True)
         assert result.returncode == 1 and "Traceback" not in result.stderr
         assert result.stderr.strip().startswith("no measured topology:") and len(result.stderr.strip().splitlines()) == 1
 
