@@ -35,12 +35,13 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, cheat_sheet
     bound = None
     if topo is not None and config.device == "cuda":
         cost = problem.cost(config.world, ITEMSIZE[dtype], **shape)
-        bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
+        if cost.comm_bytes or cost.flops or cost.hbm_bytes:  # all zero: no cost model (ParallelKernelBench's problems)
+            bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
     return render(
         "task", problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,
         inputs=problem.input_signature(config.world, size, dtype) or [], size=size, shape=shape, dtype=dtype,
         device=config.device, topology=topo, roofline=bound, allow_nccl=config.allow_nccl, steps=steps,
-        cheat_sheet=cheat_sheet, examples=list(examples),
+        cheat_sheet=cheat_sheet, examples=list(examples), pkb_helpers=problem.compat == "pkb",
     )
 
 

@@ -41,6 +41,8 @@ def _validated(kind: str, payload: Any) -> dict[str, Any]:
 class CompileServer:
     def __init__(self, cache_dir: Path, workers: int = 4):
         self.cache_dir = cache_dir
+        # made now: a candidate rank's Landlock rule to read the cache needs the folder to exist when it is confined
+        cache_dir.mkdir(parents=True, exist_ok=True)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="compile")
         self._futures: dict[tuple, Future] = {}
         self._lock = threading.Lock()
