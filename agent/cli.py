@@ -118,11 +118,23 @@ def eval_command(
 
 
 @app.command("problems")
-def problems_command(as_json: bool = typer.Option(False, "--json", help="print as JSON")) -> None:
-    """List the problem suite."""
-    from problems import all_problems
+def problems_command(
+    as_json: bool = typer.Option(False, "--json", help="print as JSON"),
+    pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="also list the problems of this ParallelKernelBench checkout "
+                                            "(default: $KLOOP_PKB_ROOT, when set)"),
+) -> None:
+    """List the problem suite (and a ParallelKernelBench checkout's problems, as pkb_<id>_<name>)."""
+    import os
+
+    from problems import UnknownProblem, all_problems
+    from problems.pkb import ROOT_ENV, pkb_problems
 
     problems = all_problems()
+    if pkb_root is not None or os.environ.get(ROOT_ENV):
+        try:
+            problems += pkb_problems(pkb_root)
+        except UnknownProblem as error:
+            raise UserError(str(error)) from None
     if as_json:
         print(json.dumps([{**p.spec.model_dump(), "folder": str(p.folder)} for p in problems], indent=2, default=str))
         return

@@ -167,3 +167,22 @@ def test_the_prompt_tells_of_the_pkb_helper(pkb_root):
     assert "# Task: pkb_1_allreduce (collective, allreduce)" in result.stdout
     assert "from utils.cuda_helpers import compile_cuda_extension" in result.stdout
     assert "fastest possible time" not in result.stdout  # no cost model, no roofline
+
+
+def test_problems_lists_the_checkout(pkb_root):
+    result = kloop("problems", "--json", "--pkb-root", str(pkb_root))
+    assert result.returncode == 0, result.stderr
+    names = [entry["name"] for entry in json.loads(result.stdout)]
+    assert "all_reduce" in names and "pkb_1_allreduce" in names and "pkb_55_pair_sum" in names
+
+
+def test_run_with_a_scripted_model(pkb_root, tmp_path):
+    """`kloop run` takes the same --pkb-root; the demo script's second answer (a sum) is right for pkb:1."""
+    result = kloop("run", "pkb:1", "--pkb-root", str(pkb_root), "--model", "scripted:demo", "--steps", "2", "--allow-nccl",
+                   "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (folder,) = tmp_path.iterdir()
+    assert folder.name.split("_", 1)[1].startswith("pkb_1_allreduce")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["harness"]["problem"] == "pkb_1_allreduce" and config["harness"]["problem_ref"] == f"pkb:{pkb_root}::1_allreduce"
+    assert (folder / "best" / "solution.py").exists()

@@ -85,8 +85,8 @@ def test_upcast_reaches_floating_tensors_inside_lists_and_modules():
 
 def test_outputs_flatten_lists_dicts_and_numbers():
     a, b = torch.ones(2), torch.zeros(3)
-    leaves = flatten_outputs(([a, {"z": b, "y": 2.5}], 7))
-    assert leaves[0] is a and leaves[1].item() == 2.5 and leaves[2] is b and leaves[3].item() == 7
+    leaves = flatten_outputs(([a, {"z": b, "y": 2.5}], None, 7))
+    assert len(leaves) == 4 and leaves[0] is a and leaves[1].item() == 2.5 and leaves[2] is b and leaves[3].item() == 7
 
 
 def test_nearly_constant_inputs_are_told_apart_from_random_ones():

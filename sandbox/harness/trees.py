@@ -98,9 +98,13 @@ def nearly_constant(inputs: tuple) -> bool:
 
 def flatten_outputs(result: Any) -> list:
     """Output leaves in order: lists and tuples unrolled, dicts by sorted key, Python numbers
-    as 0-d tensors (what ``torch.tensor`` makes of them); anything else is kept as it is."""
+    as 0-d tensors (what ``torch.tensor`` makes of them), ``None`` dropped (nothing to check;
+    a solution returning a tensor there has more outputs than the reference); anything else is
+    kept as it is."""
     import torch
 
+    if result is None:
+        return []
     if isinstance(result, (tuple, list)):
         return [leaf for item in result for leaf in flatten_outputs(item)]
     if isinstance(result, dict):
