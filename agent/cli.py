@@ -26,11 +26,15 @@ class Device(str, enum.Enum):
     emulate = "emulate"
 
 
-def resolve_problem(name: str):
-    from problems import UnknownProblem, get_problem
+PROBLEM_HELP = "problem name (see `kloop problems`), or pkb:<id or name> from a ParallelKernelBench checkout (--pkb-root)"
+PKB_ROOT_HELP = "ParallelKernelBench checkout that pkb:<id> problems are loaded from (default: $KLOOP_PKB_ROOT)"
+
+
+def resolve_problem(name: str, pkb_root: Optional[Path] = None):
+    from problems import UnknownProblem, find_problem
 
     try:
-        return get_problem(name)
+        return find_problem(name, pkb_root)
     except UnknownProblem as error:
         raise UserError(str(error)) from None
 
@@ -59,17 +63,20 @@ def read_solution(path: Path) -> str:
         raise UserError(f"cannot read {path}: {error}") from None
 
 
-def harness_config(problem: str, world: int, device: Device, size: Optional[str], trials: int, timed: Optional[bool],
+def harness_config(problem, world: int, device: Device, size: Optional[str], trials: int, timed: Optional[bool],
                    allow_nccl: bool, reference_cache: bool, stress_calls: int = 0):
+    """The harness's orders for ``problem`` (a loaded Problem): suite problems go by name, others
+    (ParallelKernelBench's) by their ``ref``, which the harness and its ranks load again."""
     from sandbox.harness.config import HarnessConfig
 
-    return HarnessConfig(problem=problem, world=world, device=device.value, size=size, trials=trials, timed=timed,
-                         allow_nccl=allow_nccl, reference_cache=reference_cache, stress_calls=stress_calls)
+    problem_ref = None if problem.ref.startswith("folder:") else problem.ref
+    return HarnessConfig(problem=problem.name, problem_ref=problem_ref, world=world, device=device.value, size=size, trials=trials,
+                         timed=timed, allow_nccl=allow_nccl, reference_cache=reference_cache, stress_calls=stress_calls)
 
 
 @app.command("eval")
 def eval_command(
-    problem: str = typer.Argument(..., help="problem name (see `kloop problems`)"),
+    problem: str = typer.Argument(..., help=PROBLEM_HELP),
     solution: Path = typer.Argument(..., help="Python file defining solution(*inputs)"),
     world: int = typer.Option(2, "--world", "-w", help="number of ranks"),
     device: Device = typer.Option(Device.cpu, "--device", "-d", help="cpu (gloo), cuda (one GPU per rank) or emulate (all ranks on one GPU)"),
@@ -83,6 +90,7 @@ def eval_command(
     gpus: Optional[str] = typer.Option(None, help="GPUs the evaluation may use, e.g. 0,1,2,3 (default: the first it needs)"),
     image: Optional[str] = typer.Option(None, help="sandbox image for --sandbox docker (default: kernel-loop-sandbox:latest)"),
     as_json: bool = typer.Option(False, "--json", help="print the EvalReport as JSON"),
+    pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help=PKB_ROOT_HELP),
 ) -> None:
     """Judge SOLUTION on PROBLEM: correct on every rank? how fast against the PyTorch + NCCL reference?"""
     from agent.sandbox_cli import sandbox_options
@@ -90,12 +98,12 @@ def eval_command(
     from sandbox.evaluate import evaluate_in
     from sandbox.gpu_pool import GpuPoolError
 
-    spec = resolve_problem(problem)
+    spec = resolve_problem(problem, pkb_root)
     if size is not None and size not in spec.spec.shapes:
         raise UserError(f"{problem} has no size {size!r}; it has {', '.join(spec.spec.shapes)}")
     check_world(spec, world, device)
     source = read_solution(solution)
-    config = harness_config(problem, world, device, size, trials, timed, allow_nccl, reference_cache, stress)
+    config = harness_config(spec, world, device, size, trials, timed, allow_nccl, reference_cache, stress)
     options = sandbox_options(sandbox, device.value, world, gpus, image)
     try:
         with open_sandbox(sandbox, **options) as box:
@@ -118,11 +126,25 @@ def problems_command(
     check: bool = typer.Option(False, "--check", help="lint the problems: run each reference on CPU ranks and check it can judge"),
     world: Optional[int] = typer.Option(None, "--world", "-w", help="with --check: only this world size (default: every declared one)"),
     as_json: bool = typer.Option(False, "--json", help="print as JSON"),
+    pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="also list the problems of this ParallelKernelBench checkout "
+                                            "(default: $KLOOP_PKB_ROOT, when set)"),
 ) -> None:
-    """List the problem suite, or with --check lint it (exit code 1 if any check fails)."""
-    from problems import all_problems
+    """List the problem suite (and a ParallelKernelBench checkout's problems, as pkb_<id>_<name>), or with --check
+    lint it (exit code 1 if any check fails)."""
+    import os
 
-    problems = [resolve_problem(name) for name in names] if names else all_problems()
+    from problems import UnknownProblem, all_problems
+    from problems.pkb import ROOT_ENV, pkb_problems
+
+    if names:
+        problems = [resolve_problem(name, pkb_root) for name in names]
+    else:
+        problems = all_problems()
+        if pkb_root is not None or os.environ.get(ROOT_ENV):
+            try:
+                problems += pkb_problems(pkb_root)
+            except UnknownProblem as error:
+                raise UserError(str(error)) from None
     if check:
         lint_command(problems, world, as_json)
         return
@@ -181,7 +203,7 @@ STATUS_COLORS = {"correct": "green", "wrong": "red", "build_failed": "yellow", "
 
 @app.command("run")
 def run_command(
-    problem: str = typer.Argument(..., help="problem name (see `kloop problems`)"),
+    problem: str = typer.Argument(..., help=PROBLEM_HELP),
     model: str = typer.Option(..., "--model", "-m", help="provider:model (openai:, anthropic:, together:, vllm:, ..., scripted:demo)"),
     model_option: list[str] = typer.Option([], "--model-option", "-o", help="provider option KEY=VALUE (e.g. reasoning_effort=high)"),
     mode: Mode = typer.Option(Mode.loop, help="loop: revise with feedback; single: one answer"),
@@ -201,6 +223,7 @@ def run_command(
     cheat_sheet: bool = typer.Option(True, help="include the multi-GPU cheat sheet in the task prompt (--no-cheat-sheet: zero-shot)"),
     gpus: Optional[str] = typer.Option(None, help="GPUs the run may use, e.g. 0,1,2,3"),
     image: Optional[str] = typer.Option(None, help="sandbox image for --sandbox docker"),
+    pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help=PKB_ROOT_HELP),
 ) -> None:
     """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
     from agent.budget import Budget
@@ -211,7 +234,7 @@ def run_command(
     from agent.trajectory import Trajectory, new_run_folder
     from sandbox.backends import SandboxError
 
-    spec = resolve_problem(problem)
+    spec = resolve_problem(problem, pkb_root)
     if size is not None and size not in spec.spec.shapes:
         raise UserError(f"{problem} has no size {size!r}; it has {', '.join(spec.spec.shapes)}")
     check_world(spec, world, device)
@@ -219,12 +242,12 @@ def run_command(
     llm = build_model(model, options)
     config = RunConfig(problem=problem, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
                        budget=Budget(steps=1 if mode == Mode.single else steps, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall),
-                       harness=harness_config(problem, world, device, size, trials, None, allow_nccl, True),
+                       harness=harness_config(spec, world, device, size, trials, None, allow_nccl, True),
                        sandbox=sandbox, out=out, examples=examples, cheat_sheet=cheat_sheet)
     box_options = sandbox_options(sandbox, device.value, world, gpus, image)
     if device == Device.cuda:
         ensure_topology()
-    folder = new_run_folder(out, problem, model)
+    folder = new_run_folder(out, spec.name, model)
     (folder / "config.json").write_text(config.model_dump_json(indent=2))
     trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json")})
     console.print(f"[bold]{problem}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; run folder {folder}")
@@ -250,7 +273,7 @@ def run_command(
 
 @app.command("prompt")
 def prompt_command(
-    problem: str = typer.Argument(..., help="problem name"),
+    problem: str = typer.Argument(..., help=PROBLEM_HELP),
     world: int = typer.Option(2, "--world", "-w"),
     device: Device = typer.Option(Device.cuda, "--device", "-d"),
     size: Optional[str] = typer.Option(None),
@@ -258,12 +281,13 @@ def prompt_command(
     allow_nccl: bool = typer.Option(False),
     examples: bool = typer.Option(True, help="show oracle solutions of other problems as in-context examples"),
     cheat_sheet: bool = typer.Option(True, help="include the multi-GPU cheat sheet"),
+    pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help=PKB_ROOT_HELP),
 ) -> None:
     """Print the first prompt (system + task) a model would get, without calling any model."""
     from agent.prompting import system_prompt, task_options, task_prompt
 
-    spec = resolve_problem(problem)
-    config = harness_config(problem, world, device, size, 5, None, allow_nccl, True)
+    spec = resolve_problem(problem, pkb_root)
+    config = harness_config(spec, world, device, size, 5, None, allow_nccl, True)
     print("=== system ===")
     print(system_prompt())
     print("=== user ===")
@@ -372,7 +396,7 @@ def main() -> None:
     try:
         app()
     except UserError as error:
-        errors.print(f"[bold red]error:[/] {error}", highlight=False)
+        errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)  # one line, however long
         sys.exit(2)
     except KeyboardInterrupt:
         errors.print("interrupted")

@@ -66,13 +66,14 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
     bound = None
     if topo is not None and config.device == "cuda":
         cost = problem.cost(config.world, ITEMSIZE[dtype], **shape)
-        bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
+        if cost.comm_bytes or cost.flops or cost.hbm_bytes:  # all zero: no cost model (ParallelKernelBench's problems)
+            bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
     sheet = cheat_sheet(topo) if cheat_sheet_on and topo is not None else ""
     return render(
         "task", problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,
         inputs=problem.input_signature(config.world, size, dtype) or [], size=size, shape=shape, dtype=dtype,
         device=config.device, topology=topo, roofline=bound, allow_nccl=config.allow_nccl, steps=steps,
-        cheat_sheet=sheet.strip(), examples=list(examples),
+        cheat_sheet=sheet.strip(), examples=list(examples), pkb_helpers=problem.compat == "pkb",
     )
 
 

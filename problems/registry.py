@@ -1,4 +1,5 @@
-"""Finds problems by name: one folder per problem under ``problems/<category>/<name>/``."""
+"""Finds problems by name: one folder per problem under ``problems/<category>/<name>/``, and
+problems of outside suites by prefix (``pkb:<id or name>``, see ``problems.pkb``)."""
 
 from __future__ import annotations
 
@@ -42,11 +43,26 @@ def get_problem(name: str) -> Problem:
     return problem
 
 
+def find_problem(name: str, pkb_root: str | Path | None = None) -> Problem:
+    """A suite problem by name, or a ParallelKernelBench one as ``pkb:<id or name>`` from the
+    checkout at ``pkb_root`` (default ``$KLOOP_PKB_ROOT``). Errors are :class:`UnknownProblem`
+    with a one-line message."""
+    if name.startswith("pkb:"):
+        from problems.pkb import load_pkb_problem
+
+        return load_pkb_problem(name, pkb_root)
+    return get_problem(name)
+
+
 def load_ref(ref: str) -> Problem:
     """Load a problem from its ``Problem.ref`` (what rank processes are told)."""
     kind, _, location = ref.partition(":")
     if kind == "folder":
         return load_problem(Path(location))
+    if kind == "pkb":
+        from problems.pkb import load_pkb_ref
+
+        return load_pkb_ref(location)
     raise UnknownProblem(f"cannot load problem reference {ref!r}")
 
 

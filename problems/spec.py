@@ -20,7 +20,9 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-Category = Literal["collective", "tp", "sp", "cp", "ep", "dp", "fsdp", "pp", "lowprec", "domain"]
+# "uncategorized": problems loaded from an outside suite (``problems.pkb``) whose category cannot be
+# told reliably from what the suite says about them; suite folders never use it.
+Category = Literal["collective", "tp", "sp", "cp", "ep", "dp", "fsdp", "pp", "lowprec", "domain", "uncategorized"]
 CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
 
 DTYPES = ("bfloat16", "float16", "float32", "float64")
@@ -81,13 +83,21 @@ class ProblemSpec(BaseModel):
 
 @dataclass(frozen=True)
 class Problem:
-    """A loaded problem: its spec, its functions and where its files are."""
+    """A loaded problem: its spec, its functions and where its files are.
+
+    Suite problems keep everything in ``folder``; a problem loaded from an outside suite
+    (``problems.pkb``) names its reference file, the files its version hash covers, and the
+    compatibility layer its candidates were written against."""
 
     spec: ProblemSpec
     folder: Path
     make_inputs: Callable[..., tuple]
     cost: Callable[..., Cost]
     ref: str = ""  # how a rank process loads the same problem again (see problems.registry.load_ref)
+    reference_file: Path | None = None  # default: folder/reference.py
+    source_files: tuple[Path, ...] = ()  # what source_hash covers; default: folder/problem.py and the reference
+    reference_sys_path: tuple[Path, ...] = ()  # put first on sys.path of reference ranks (never of candidate ranks)
+    compat: str = ""  # "pkb": candidates are written for ParallelKernelBench; the harness gives them its import shims
 
     @property
     def name(self) -> str:
@@ -95,10 +105,12 @@ class Problem:
 
     @property
     def reference_path(self) -> Path:
-        return self.folder / "reference.py"
+        return self.reference_file or self.folder / "reference.py"
 
     @property
     def oracle_path(self) -> Path | None:
+        if self.reference_file is not None:
+            return None
         path = self.folder / "oracle.py"
         return path if path.exists() else None
 
@@ -109,7 +121,7 @@ class Problem:
     def source_hash(self) -> str:
         """Changes whenever the reference or the input generator changes (cache key)."""
         digest = hashlib.sha256()
-        for path in (self.folder / "problem.py", self.reference_path):
+        for path in self.source_files or (self.folder / "problem.py", self.reference_path):
             digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
 
@@ -125,12 +137,24 @@ class Problem:
                 inputs = self.make_inputs(0, world, generator, torch.device("cpu"), getattr(torch, dtype), **self.shape(size))
         except Exception:  # noqa: BLE001 - best effort: the prompt then shows the shape parameters only
             return None
-        return [f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}" if isinstance(x, torch.Tensor) else repr(x) for x in inputs]
+        return [describe_input(x) for x in inputs]
 
     def shape(self, size: str) -> dict[str, Any]:
         if size not in self.spec.shapes:
             raise KeyError(f"problem {self.name} has no size {size!r}; it has {sorted(self.spec.shapes)}")
         return dict(self.spec.shapes[size])
+
+
+def describe_input(x) -> str:
+    """``bfloat16[4, 8]`` for a tensor, the same inside lists and tuples, ``repr`` for the rest."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
+    if isinstance(x, (list, tuple)) and not isinstance(x, torch.Size):
+        inner = ", ".join(describe_input(item) for item in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+    return repr(x)
 
 
 def rank_generator(generator, rank: int):

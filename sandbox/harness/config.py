@@ -20,6 +20,8 @@ class StageTimeouts(BaseModel):
 
 class HarnessConfig(BaseModel):
     problem: str
+    problem_ref: str | None = Field(None, description="how to load a problem from outside the suite (its Problem.ref, "
+                                    "e.g. pkb:<root>::<stem>); default: the suite problem named `problem`")
     solution: Path = Path("solution.py")
     world: int = Field(2, ge=1, le=64)
     device: DeviceMode = "cpu"

@@ -148,6 +148,7 @@ class ReferenceOutput:
     native_max_abs_err: list[float]
     native_rms_err: list[float]
     native: list[Any] | None = None  # the native-precision outputs, when asked for
+    nearly_constant_inputs: bool = False  # every sizeable floating input held only a few distinct values
 
 
 @dataclass

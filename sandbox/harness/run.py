@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from problems import get_problem
+from problems import get_problem, load_ref
 from problems.spec import Problem
 from sandbox import performance, topology
 from sandbox.harness import protocol as p
@@ -28,6 +28,7 @@ from sandbox.harness.ranks import RankGroup, StageTimeout
 from sandbox.harness.reference_cache import ReferenceCache, cache_key
 from sandbox.harness.seeds import host_secret, mixed_seed
 from sandbox.harness.static_checks import check_source
+from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, Mismatch, ProfileSummary, RankVerdict, Timing
 from sandbox.runtime.build import compile_cache_dir, default_cache_root
 
@@ -63,7 +64,7 @@ class Evaluation:
         self.ctx = _context()
         self.config = config
         self.workdir = workdir.resolve()
-        self.problem = problem or get_problem(config.problem)
+        self.problem = problem or (load_ref(config.problem_ref) if config.problem_ref else get_problem(config.problem))
         self.dtype = config.dtype or self.problem.spec.dtype
         self.size = config.resolved_size()
         self.shape = self.problem.shape(self.size)
@@ -100,7 +101,10 @@ class Evaluation:
             self.report.status = verdict.status
             self.report.message = verdict.message
             for name, value in verdict.fields.items():
-                setattr(self.report, name, value)
+                if name == "notes":
+                    self.report.notes.extend(value)  # keep notes of earlier stages
+                else:
+                    setattr(self.report, name, value)
         except StageTimeout as timeout:
             self.report.status = "timeout"
             self.report.message = f"{timeout}: a spin-wait that never got its signal, a deadlock between ranks, or just too slow"
@@ -198,6 +202,7 @@ class Evaluation:
         self.report.reference_cache = "off" if cache is None else ("hit" if cached else "miss")
         if cached:
             self.report.reference_timing = self.reference_timing
+            self._note_weak_inputs()
             return
         reference = self._loaded_reference()
         if self.expected is None:
@@ -205,6 +210,7 @@ class Evaluation:
             if cache:
                 nbytes = sum(t.numel() * t.element_size() for rank in self.expected for out in rank for t in out.expected)
                 cache.store(outputs_key, "outputs", self.expected, nbytes)
+        self._note_weak_inputs()
         if need_timing:
             self.reference_timing = self._time(reference, "reference")
             if cache:
@@ -233,6 +239,13 @@ class Evaluation:
         """The reference is profiled (cheaply: a few calls, cached with its timing) whenever it is
         timed and the candidate will be profiled, so the model sees what NCCL does."""
         return self.config.is_timed() and self.config.is_profiled()
+
+    def _note_weak_inputs(self) -> None:
+        if self.expected and all(getattr(out, "nearly_constant_inputs", False) for rank in self.expected for out in rank):
+            self.report.notes.append(
+                "weak check: on every rank and trial the inputs are nearly constant (each floating input holds at most "
+                f"{NEARLY_CONSTANT_DISTINCT} distinct values, e.g. torch.full(rank + 1) as in ParallelKernelBench's collective "
+                "primitives), so a solution that does not compute from its inputs could still be judged correct")
 
     def _expect_done(self, replies: list, role: str) -> list[p.Done]:
         for reply in replies:
@@ -362,6 +375,8 @@ class Evaluation:
             topo = topology.host_topology(self.config.world, self.device_name, self.cache_root)
             itemsize = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[self.dtype]
             cost = self.problem.cost(self.config.world, itemsize, **self.shape)
+            if not (cost.comm_bytes or cost.flops or cost.hbm_bytes):
+                return  # the problem has no cost model (e.g. ParallelKernelBench's): no roofline
             bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
             self.report.roofline = bound
             self.report.roofline_fraction = round(bound.bound_ms / cand.median_ms, 4) if cand.median_ms else None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.harness import protocol as p
+from sandbox.harness.trees import clone_inputs, flatten_outputs, map_tensors, modified_inputs, nearly_constant, tensor_leaves, upcast_inputs
 
 _perf_counter = time.perf_counter
 
@@ -31,6 +32,9 @@ def main(conn, args: p.WorkerArgs) -> None:
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
     os.environ.update(args.env)
+    # torchrun's variables, which code written for torchrun launches (ParallelKernelBench's) reads
+    local_rank = 0 if args.device_mode == "emulate" else args.rank
+    os.environ.update(RANK=str(args.rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(args.world))
     try:
         rank = _Rank(conn, args)
     except BaseException:  # noqa: BLE001 - report set-up failures instead of dying silently
@@ -136,6 +140,12 @@ class _Rank:
             self.guard, measures = confine(self.args.workdir, self.args.compile_cache, self.args.readable_paths)
             self.isolation = tuple(measures)
             sys.path.insert(0, str(self.args.workdir))
+            if self.problem.compat == "pkb":  # candidates written for ParallelKernelBench import its utils.cuda_helpers
+                from sandbox.runtime import pkb_shim
+
+                sys.path.insert(1, str(pkb_shim.ROOT))
+        else:
+            sys.path[0:0] = [str(path) for path in self.problem.reference_sys_path]
         module = load_module(self.args.module_path, f"kloop_{self.args.role}_solution")
         fn = getattr(module, "solution", None)
         if not callable(fn):
@@ -174,12 +184,12 @@ class _Rank:
         if self.args.device_mode == "emulate":
             # gloo lacks several collectives for CUDA tensors; the reference is the judge, not the
             # subject, so in emulation it runs on the CPU (inputs drawn on the GPU, as the candidate's)
-            inputs = tuple(x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs)
-        native = _flatten(self._call(inputs))
+            inputs = map_tensors(inputs, lambda x: x.cpu(), lambda m: m.cpu())
+        constant = nearly_constant(inputs)
+        native = flatten_outputs(self._call(inputs))
         self._synchronize()
         if self.problem.spec.upcast:
-            upcast = tuple(x.to(self.hi_dtype) if _is_float(torch, x) else x for x in inputs)
-            expected = _flatten(self._call(upcast))
+            expected = flatten_outputs(self._call(upcast_inputs(inputs, self.hi_dtype)))
         else:
             expected = native
         self._synchronize()
@@ -199,7 +209,7 @@ class _Rank:
         return p.ReferenceOutput(
             expected=cpu, shapes=[tuple(t.shape) for t in native], dtypes=[str(t.dtype).removeprefix("torch.") for t in native],
             native_max_abs_err=max_errs, native_rms_err=rms_errs,
-            native=[p.PackedTensor.of(t) for t in native] if include_native else None,
+            native=[p.PackedTensor.of(t) for t in native] if include_native else None, nearly_constant_inputs=constant,
         )
 
     def _candidate_trials(self, command: p.RunTrials) -> list[p.CandidateOutput]:
@@ -207,7 +217,7 @@ class _Rank:
         the first ``isolated_calls`` with a host sync around them, the rest back-to-back."""
         torch = self.torch
         inputs_by_seed = {seed: self._inputs(seed) for seed in dict.fromkeys(command.seeds)}
-        clones = {seed: tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs) for seed, inputs in inputs_by_seed.items()}
+        clones = {seed: clone_inputs(inputs) for seed, inputs in inputs_by_seed.items()}
         _poison_free_memory(torch, self.device)
         self._synchronize()
         self._host_barrier()
@@ -221,11 +231,10 @@ class _Rank:
             if isolated:
                 self._synchronize()
         self._synchronize()
-        modified = {seed: [i for i, (x, y) in enumerate(zip(inputs_by_seed[seed], clones[seed]))
-                           if isinstance(x, torch.Tensor) and not _same(torch, x, y)] for seed in inputs_by_seed}
+        modified = {seed: modified_inputs(inputs_by_seed[seed], clones[seed]) for seed in inputs_by_seed}
         outputs = []
         for seed, result in zip(command.seeds, results):
-            leaves = _flatten(result)
+            leaves = flatten_outputs(result)
             outputs.append(p.CandidateOutput(outputs=[_to_cpu(torch, leaf) for leaf in leaves], modified_inputs=modified[seed]))
             for leaf in leaves:
                 _poison(torch, leaf)
@@ -236,7 +245,7 @@ class _Rank:
         """Per-iteration times: every rank aligned by a barrier, device-wide sync after the
         call (so work on side streams counts), minus the measured cost of the sync itself."""
         input_sets = [self._inputs(command.seed)]
-        set_bytes = sum(x.numel() * x.element_size() for x in input_sets[0] if isinstance(x, self.torch.Tensor))
+        set_bytes = sum(x.numel() * x.element_size() for x in tensor_leaves(input_sets[0]))
         while len(input_sets) < 8 and (len(input_sets) < 2 or len(input_sets) * set_bytes < command.rotate_bytes):
             input_sets.append(self._inputs(command.seed + len(input_sets)))
         timer = self._cuda_interval if self.device.type == "cuda" else self._cpu_interval
@@ -314,16 +323,6 @@ def _perturbed(torch, inputs: tuple, index: int, seed: int) -> tuple:
     spread = float(x.float().std()) if x.numel() > 1 else 0.0
     moved = (x.float() + noise * (spread if spread > 0 else 1.0)).to(x.dtype)
     return inputs[:index] + (moved,) + inputs[index + 1:]
-
-
-def _flatten(result) -> list:
-    if isinstance(result, (tuple, list)):
-        return [leaf for item in result for leaf in _flatten(item)]
-    return [result]
-
-
-def _same(torch, x, y) -> bool:
-    return x.shape == y.shape and x.dtype == y.dtype and bool(torch.equal(x, y) or (x.is_floating_point() and torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(), y.nan_to_num())))
 
 
 def _to_cpu(torch, leaf):
