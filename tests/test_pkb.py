@@ -111,7 +111,7 @@ def test_roots_that_are_not_checkouts_are_refused(pkb_root, tmp_path, monkeypatc
 
 # ---------------------------------------------------------------------------- kloop eval
 def kloop(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=600,
+    return subprocess.run([sys.executable, "-m", "agent", *args], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, **(env or {})})
 
 
