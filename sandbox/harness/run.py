@@ -154,7 +154,6 @@ class Evaluation:
         if self.config.device != "cpu":
             self.device_name = topology.gpu_model_name() or "unknown-gpu"
         self.candidate = self._start_group("candidate")
-        self._warm_compare_device()
 
     def _start_group(self, role: p.Role) -> RankGroup:
         env = dict(MULTICAST_OFF)
@@ -286,25 +285,13 @@ class Evaluation:
         self._candidate_failure(replies)
         self._judge([[_unpacked(out) for out in r.payload] for r in replies], list(range(trials)), back_to_back_from=1)
 
-    def _warm_compare_device(self) -> None:
+    def _compare_device(self):
         """Where outputs are compared: the first GPU when there is one (a 32M-element compare
-        takes milliseconds there, most of a second on the CPU), else the CPU. The parent's CUDA
-        context (about a second to create) is made in the background while the ranks start."""
-        import threading
-
+        takes milliseconds there, most of a second on the CPU), else the CPU."""
         import torch
 
-        def warm() -> None:
-            if self.config.device != "cpu" and torch.cuda.is_available():
-                torch.empty(1, device="cuda:0")
-                self._device_for_compare = torch.device("cuda", 0)
-
-        self._device_for_compare = torch.device("cpu")
-        self._warming = threading.Thread(target=warm, name="compare-device", daemon=True)
-        self._warming.start()
-
-    def _compare_device(self):
-        self._warming.join()
+        if not hasattr(self, "_device_for_compare"):
+            self._device_for_compare = torch.device("cuda", 0) if self.config.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
         return self._device_for_compare
 
     def _judge(self, per_rank: list[list[p.CandidateOutput]], trial_indices: list[int], back_to_back_from: int | None = None,
