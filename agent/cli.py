@@ -128,6 +128,8 @@ def problems_command(
     as_json: bool = typer.Option(False, "--json", help="print as JSON"),
     pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="also list the problems of this ParallelKernelBench checkout "
                                             "(default: $KLOOP_PKB_ROOT, when set)"),
+    gpu: Optional[str] = typer.Option(None, help="roofline on this GPU model's datasheet (H200, H100, B200, A100); "
+                                                 "default: this host, measured where `kloop topology` has measured it"),
 ) -> None:
     """List the problem suite (and a ParallelKernelBench checkout's problems, as pkb_<id>_<name>), or with --check
     lint it (exit code 1 if any check fails)."""
@@ -148,15 +150,39 @@ def problems_command(
     if check:
         lint_command(problems, world, as_json)
         return
+    bounds = {p.name: roofline_ms(p, gpu) for p in problems}
     if as_json:
-        print(json.dumps([{**p.spec.model_dump(), "folder": str(p.folder)} for p in problems], indent=2, default=str))
+        print(json.dumps([{**p.spec.model_dump(), "folder": str(p.folder), "roofline_ms": bounds[p.name]} for p in problems],
+                         indent=2, default=str))
         return
-    table = Table(show_edge=False)
-    for column in ("name", "category", "pattern", "world sizes", "dtype", "origin"):
+    where = f"{gpu} datasheet" if gpu else "this host"
+    table = Table(show_edge=False, title=f"roofline: default size at the largest declared world size, {where}", title_justify="left")
+    for column in ("name", "category", "pattern", "world sizes", "dtype", "roofline ms", "origin"):
         table.add_column(column, overflow="fold")
     for p in problems:
-        table.add_row(p.name, p.spec.category, p.spec.pattern, ",".join(map(str, p.spec.world_sizes)), p.spec.dtype, p.spec.origin)
+        bound = bounds[p.name]
+        shown = "-" if bound is None else f"{bound['ms']:.3g} ({bound['limiter']}, W={bound['world']})"
+        table.add_row(p.name, p.spec.category, p.spec.pattern, ",".join(map(str, p.spec.world_sizes)), p.spec.dtype, shown, p.spec.origin)
     console.print(table)
+
+
+def roofline_ms(problem, gpu: Optional[str]) -> Optional[dict]:
+    """The fastest a solution could run: default size, largest declared world size."""
+    from sandbox import topology
+
+    world = max(problem.spec.world_sizes)
+    if gpu:
+        topo = topology.datasheet_topology(gpu, world)
+        if topo is None:
+            raise UserError(f"no datasheet for GPU {gpu!r}; known: {', '.join(topology.DATASHEET)}")
+    else:
+        topo = topology.host_topology(world)
+    itemsize = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[problem.spec.dtype]
+    cost = problem.cost(world, itemsize, **problem.shape("default"))
+    if not (cost.comm_bytes or cost.flops or cost.hbm_bytes):
+        return None
+    bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
+    return {"ms": round(bound.bound_ms, 6), "limiter": bound.limiter, "world": world, "gpu": topo.gpu_name}
 
 
 class Mode(str, enum.Enum):

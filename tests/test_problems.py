@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from problems import get_problem, problem_names
+from problems import all_problems, get_problem, problem_names
 from sandbox.problem_lint import LintResult, lint_problem
 from problems.spec import load_problem
 
@@ -137,3 +137,19 @@ def test_cli_problems_check(monkeypatch: pytest.MonkeyPatch) -> None:
 
     unknown = runner.invoke(app, ["problems", "--check", "all_reduce", "--world", "3"])
     assert unknown.exit_code != 0
+
+
+def test_kloop_problems_shows_each_problems_roofline():
+    import json
+    import subprocess
+    import sys
+
+    listed = subprocess.run([sys.executable, "-m", "agent", "problems", "--json", "--gpu", "H200"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert len(rows) == len(all_problems())
+    for row in rows:
+        bound = row["roofline_ms"]
+        assert bound["ms"] > 0 and bound["limiter"] in ("interconnect", "hbm", "compute") and bound["world"] == max(row["world_sizes"])
+    refused = subprocess.run([sys.executable, "-m", "agent", "problems", "--gpu", "X80"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "no datasheet" in refused.stderr and "Traceback" not in refused.stderr
