@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from agent.budget import Budget, Spend, near_end
@@ -32,18 +34,33 @@ def cheat_sheet(hardware: topology.Topology) -> str:
 
 
 def oracle_examples(problem: Problem, limit: int = MAX_EXAMPLES) -> list[dict[str, str]]:
-    """In-context examples: hand-written solutions (``oracle.py``) of *other* problems, the same
-    category first. A problem's own oracle is never shown: it would be the answer."""
+    """In-context examples: hand-written solutions (``oracle.py``) of *other* problems, chosen
+    by pattern: the same category first, then the most words of the communication pattern in
+    common. A problem's own oracle is never shown: it would be the answer."""
     from problems import all_problems
 
+    words = _pattern_words(problem)
+
+    def likeness(other: Problem) -> float:
+        theirs = _pattern_words(other)
+        return len(words & theirs) / max(len(words | theirs), 1)
+
     others = [p for p in all_problems() if p.name != problem.name and p.oracle_path is not None]
-    others.sort(key=lambda p: (p.spec.category != problem.spec.category, p.name))
+    others.sort(key=lambda p: (p.spec.category != problem.spec.category, -likeness(p), p.name))
     examples = []
     for other in others[:limit]:
         source = other.oracle_path.read_text()
         examples.append({"title": f"{other.name} ({other.spec.pattern})", "note": _docstring(source) or other.spec.description,
                          "source": source.strip()})
     return examples
+
+
+PATTERN_STOPWORDS = {"along", "dim", "from", "rank", "with", "per", "call", "the", "of", "and", "to", "in", "on", "equal", "split",
+                     "splits", "sizes", "blocks", "row", "rows", "then", "a", "by", "each"}
+
+
+def _pattern_words(problem: Problem) -> set[str]:
+    return set(re.findall(r"[a-z]+", problem.spec.pattern.lower())) - PATTERN_STOPWORDS
 
 
 def _docstring(source: str) -> str:

@@ -116,3 +116,14 @@ def test_run_config_switches_the_cheat_sheet(tmp_path, cheat_sheet_on):
     task = agent.trajectory.messages[1]["content"]
     assert ("Multi-GPU kernel cheat sheet" in task) is cheat_sheet_on
     assert "Emulation: all 4 ranks share one NVIDIA H200" in task
+
+
+def test_examples_are_other_problems_oracles_chosen_by_pattern():
+    from agent.prompting import oracle_examples
+    from problems import all_problems, get_problem
+
+    for problem in all_problems():
+        titles = [example["title"].split()[0] for example in oracle_examples(problem)]
+        assert problem.name not in titles  # never the answer itself
+    assert oracle_examples(get_problem("reduce_scatter"))[0]["title"].startswith("all_reduce")
+    assert oracle_examples(get_problem("gemm_all_reduce"))[0]["title"].startswith("gemm_reduce_scatter")
