@@ -192,7 +192,8 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
     import torch
 
     from sandbox.harness.compare import compare_outputs
-    from sandbox.harness.run import Verdict, run_reference
+    from sandbox.harness.judge import Verdict
+    from sandbox.harness.run import run_reference
     from sandbox.harness.ranks import StageTimeout
 
     # trials: seed A, seed B, seed A again, then seed A with each floating input perturbed

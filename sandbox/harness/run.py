@@ -20,7 +20,7 @@ from problems import get_problem, load_ref
 from problems.spec import Problem
 from sandbox import performance, topology
 from sandbox.harness import protocol as p
-from sandbox.harness.compare import compare_outputs, error_summary
+from sandbox.harness.judge import Verdict, judge, unpacked
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.config import HarnessConfig, StageTimeouts
 from sandbox.harness.confine import system_read_paths
@@ -29,7 +29,7 @@ from sandbox.harness.reference_cache import ReferenceCache, cache_key
 from sandbox.harness.seeds import host_secret, mixed_seed
 from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
-from sandbox.report import CompileStats, EvalReport, LogExcerpt, Mismatch, ProfileSummary, RankVerdict, Timing
+from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 from sandbox.runtime.build import compile_cache_dir, default_cache_root
 
 log = structlog.get_logger(__name__)
@@ -38,14 +38,6 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 STRESS_BATCH_BYTES = 2 * 2**30  # candidate outputs held per rank before they are checked
 ROTATE_INPUT_BYTES = 2 * 60 * 2**20  # rotate input sets until together they exceed twice an H200's L2
 PROFILED_CALLS = 5
-
-
-class Verdict(Exception):
-    """Ends the evaluation with ``status``; ``fields`` go into the report."""
-
-    def __init__(self, status: str, message: str, **fields: Any):
-        super().__init__(message)
-        self.status, self.message, self.fields = status, message, fields
 
 
 def _context():
@@ -233,7 +225,7 @@ class Evaluation:
 
     def _reference_outputs(self, group: RankGroup, command: p.RunTrials) -> list[list[p.ReferenceOutput]]:
         replies = self._expect_done(group.request(command, self.config.timeouts.correctness_s, "reference run"), "reference")
-        return [[_unpacked(out) for out in reply.payload] for reply in replies]
+        return [[unpacked(out) for out in reply.payload] for reply in replies]
 
     def _profiles_reference(self) -> bool:
         """The reference is profiled (cheaply: a few calls, cached with its timing) whenever it is
@@ -283,7 +275,7 @@ class Evaluation:
         replies = self.candidate.request(p.RunTrials(tuple(self.seeds[:trials]), isolated_calls=1),
                                          self.config.timeouts.correctness_s, "correctness")
         self._candidate_failure(replies)
-        self._judge([[_unpacked(out) for out in r.payload] for r in replies], list(range(trials)), back_to_back_from=1)
+        self._judge([[unpacked(out) for out in r.payload] for r in replies], list(range(trials)), back_to_back_from=1)
 
     def _compare_device(self):
         """Where outputs are compared: the first GPU when there is one (a 32M-element compare
@@ -294,53 +286,8 @@ class Evaluation:
             self._device_for_compare = torch.device("cuda", 0) if self.config.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
         return self._device_for_compare
 
-    def _judge(self, per_rank: list[list[p.CandidateOutput]], trial_indices: list[int], back_to_back_from: int | None = None,
-               after_timing: bool = False) -> None:
-        spec = self.problem.spec
-        verdicts = []
-        first: Mismatch | None = None
-        for position, trial in enumerate(trial_indices):
-            for rank in range(self.config.world):
-                output = per_rank[rank][position]
-                expected = self.expected[rank][trial]
-                if output.modified_inputs and not spec.in_place:
-                    mismatch = Mismatch(rank=rank, trial=trial, kind="input_modified",
-                                        detail=f"input {output.modified_inputs[0]} was modified; solutions must not write their inputs")
-                else:
-                    device = self._compare_device()
-                    mismatch = compare_outputs(_on(expected, device), _on(output, device).outputs, spec.atol, spec.rtol, rank, trial)
-                if mismatch is not None and first is None:
-                    first = mismatch
-                if first is not None and mismatch is not None and mismatch.trial == first.trial:
-                    verdicts.append(RankVerdict(rank=rank, ok=False, message=mismatch.detail,
-                                                max_abs_err=mismatch.max_abs_err, max_rel_err=mismatch.max_rel_err))
-            if first is not None:
-                break
-        if first is None:
-            last = len(trial_indices) - 1
-            self.report.ranks = []
-            for rank in range(self.config.world):
-                device = self._compare_device()
-                max_abs, max_rel = error_summary(_on(self.expected[rank][trial_indices[last]], device), _on(per_rank[rank][last], device).outputs)
-                self.report.ranks.append(RankVerdict(rank=rank, ok=True, max_abs_err=max_abs, max_rel_err=max_rel))
-            return
-        failed_ranks = {v.rank for v in verdicts}
-        verdicts += [RankVerdict(rank=r, ok=True) for r in range(self.config.world) if r not in failed_ranks]
-        verdicts.sort(key=lambda v: v.rank)
-        where = f"rank {first.rank}, trial {first.trial}"
-        if first.output_index:
-            where += f", output {first.output_index}"
-        message = f"wrong on {len(failed_ranks)} of {self.config.world} ranks; first: {where}: {first.detail}"
-        if first.kind == "values" and first.worst_index:
-            message += f" (at {first.worst_index}: expected {first.worst_expected:.6g}, got {first.worst_got:.6g}, allowed error {first.worst_bound:.3g})"
-        notes = []
-        if back_to_back_from is not None and first.trial >= back_to_back_from:
-            notes.append("the first call was right; later calls, made back-to-back without a host sync, were wrong: "
-                         "a missing barrier, or signal flags reused across calls without an epoch?")
-        if after_timing:
-            notes.append("correct before timing, wrong on fresh inputs after many calls: state that drifts across calls "
-                         "(counters, flags, cached buffers)?")
-        raise Verdict("wrong", message, ranks=verdicts, mismatch=first, notes=notes)
+    def _judge(self, per_rank: list[list[p.CandidateOutput]], trial_indices: list[int], **hints: Any) -> None:
+        self.report.ranks = judge(self.expected, per_rank, trial_indices, self.problem.spec, self._compare_device(), **hints)
 
     def _stress(self) -> None:
         """``stress_calls`` back-to-back calls cycling through the trial inputs, every output
@@ -357,7 +304,7 @@ class Evaluation:
                                              self.config.timeouts.correctness_s, "stress")
             self._candidate_failure(replies)
             try:
-                self._judge([[_unpacked(out) for out in r.payload] for r in replies], indices)
+                self._judge([[unpacked(out) for out in r.payload] for r in replies], indices)
             except Verdict as verdict:
                 verdict.fields.setdefault("notes", []).append(
                     f"wrong within back-to-back calls {done + 1}-{done + count} of the stress run "
@@ -417,7 +364,7 @@ class Evaluation:
         replies = self.candidate.request(p.RunTrials((self.seeds[trial],), isolated_calls=0),
                                          self.config.timeouts.correctness_s, "recheck")
         self._candidate_failure(replies)
-        self._judge([[_unpacked(out) for out in r.payload] for r in replies], [trial], after_timing=self.config.is_timed())
+        self._judge([[unpacked(out) for out in r.payload] for r in replies], [trial], after_timing=self.config.is_timed())
 
     def _profile(self) -> None:
         self.report.profile = self._profile_group(self.candidate, "candidate", self.report.candidate_timing)
@@ -456,29 +403,6 @@ class Evaluation:
             text = path.read_text(errors="replace")
             if text.strip() and (rank in failing or rank == 0 or self.report.status in ("crashed", "timeout")):
                 self.report.logs.append(LogExcerpt.of(f"candidate rank {rank} output", text, keep_chars=2000))
-
-
-def _map_leaves(output, fn):
-    """The same rank output with ``fn`` applied to each of its leaves."""
-    import dataclasses
-
-    def convert(leaves):
-        return None if leaves is None else [fn(leaf) for leaf in leaves]
-
-    if isinstance(output, p.ReferenceOutput):
-        return dataclasses.replace(output, expected=convert(output.expected), native=convert(output.native))
-    return dataclasses.replace(output, outputs=convert(output.outputs))
-
-
-def _unpacked(output):
-    """Packed tensors of a rank's reply turned back into tensors (other leaves kept)."""
-    return _map_leaves(output, lambda leaf: leaf.unpack() if isinstance(leaf, p.PackedTensor) else leaf)
-
-
-def _on(output, device):
-    import torch
-
-    return _map_leaves(output, lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf)
 
 
 def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tuple[int, ...] = (0,), size: str | None = None,
