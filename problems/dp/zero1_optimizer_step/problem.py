@@ -1,19 +1,19 @@
 """ZeRO stage 1 optimizer step: all-reduce the gradients, Adam on this rank's shard of the fp32
 master parameters, all-gather the updated parameters in the model dtype.
 
-Pattern from DeepSpeed ZeRO stage 1 (optimizer-state partitioning) and the equivalent
-``DistributedOptimizer`` of Megatron-LM: the bf16 model and its gradients are replicated, but
-the fp32 master copy of the parameters and Adam's two moments are split into W contiguous shards
-of the flat parameter vector, one per rank. After backward the gradients are averaged over the
-ranks with an all-reduce, so every rank keeps the full averaged gradient, as plain data
-parallelism does; each rank then runs Adam (with L2 weight decay folded into the gradient, as
-``torch.optim.Adam`` does) on its shard only, casts the updated shard to the model dtype and
-all-gathers it so every rank has the whole updated model. The hyper-parameters (a learning rate
-from a schedule, betas, eps, weight decay) and the step count come with the inputs and differ
-per call. The master shard is judged tightly, in fp32: the Adam update is far smaller than a
-bf16 ulp of the parameters, so the bf16 copy alone would not show a wrong update. A fast version
-fuses the gradient slice, the Adam math and the cast into one pass, and overlaps the all-gather
-of early chunks with the update of later ones.
+Pattern from DeepSpeed ZeRO stage 1 (optimizer-state partitioning) and PyTorch's
+``ZeroRedundancyOptimizer`` running under ``DistributedDataParallel``: the bf16 model and its
+gradients are replicated, but the fp32 master copy of the parameters and Adam's two moments are
+split into W contiguous shards of the flat parameter vector, one per rank. After backward the
+gradients are averaged over the ranks with an all-reduce, so every rank keeps the full averaged
+gradient, as plain data parallelism does; each rank then runs Adam (with L2 weight decay folded
+into the gradient, as ``torch.optim.Adam`` does) on its shard only, casts the updated shard to
+the model dtype and all-gathers it so every rank has the whole updated model. The
+hyper-parameters (a learning rate from a schedule, betas, eps, weight decay) and the step count
+come with the inputs and differ per call. The master shard is judged tightly, in fp32: the Adam
+update is far smaller than a bf16 ulp of the parameters, so the bf16 copy alone would not show a
+wrong update. A fast version fuses the gradient slice, the Adam math and the cast into one pass,
+and overlaps the all-gather of early chunks with the update of later ones.
 """
 
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
@@ -22,7 +22,7 @@ SPEC = ProblemSpec(
     name="zero1_optimizer_step",
     category="dp",
     pattern="all-reduce (average) of flat gradients, Adam on the local fp32 shard, all-gather of the bf16 parameters",
-    origin="DeepSpeed ZeRO stage 1 (optimizer-state partitioning); Megatron-LM DistributedOptimizer",
+    origin="DeepSpeed ZeRO stage 1 (optimizer-state partitioning); PyTorch ZeroRedundancyOptimizer under DDP",
     dtype="bfloat16",
     atol=1e-8,
     rtol=2**-20,

@@ -2,18 +2,19 @@
 gradients, add them to this rank's fp32 gradient shard, AdamW on the fp32 master shard,
 all-gather the updated parameters in the model dtype.
 
-Pattern from DeepSpeed ZeRO stage 2 (gradient and optimizer-state partitioning), also PyTorch's
-``ZeroRedundancyOptimizer`` with sharded gradients and FSDP's ``SHARD_GRAD_OP``: each rank keeps
-only its shard of the gradient, so after every micro-batch's backward the bf16 gradients are
-reduce-scattered (averaged) and the rank's part is accumulated into an fp32 gradient partition;
-no rank ever holds the full averaged gradient. This is the last micro-batch of an accumulation
-window: its reduced shard is added to the partition accumulated so far, then AdamW (decoupled
-weight decay, DeepSpeed's default) updates the fp32 master shard and its moments, and the
-updated shard is cast to the model dtype and all-gathered. Hyper-parameters and the step count
-come with the inputs and differ per call. The master shard is judged tightly, in fp32 (the
-update is far below a bf16 ulp of the parameters). The traffic is that of one all-reduce split
-around the optimizer; a fast version fuses the reduction, accumulation, AdamW and cast, and
-pipelines the reduce-scatter, update and all-gather over chunks.
+Pattern from DeepSpeed ZeRO stage 2 (gradient and optimizer-state partitioning), also PyTorch
+FSDP's ``SHARD_GRAD_OP`` and, for its collectives, Megatron-LM's ``DistributedOptimizer`` (which
+reduces once per step rather than per micro-batch): each rank keeps only its shard of the
+gradient, so after every micro-batch's backward the bf16 gradients are reduce-scattered
+(averaged) and the rank's part is accumulated into an fp32 gradient partition; no rank ever
+holds the full averaged gradient. This is the last micro-batch of an accumulation window: its
+reduced shard is added to the partition accumulated so far, then AdamW (decoupled weight decay,
+DeepSpeed's default) updates the fp32 master shard and its moments, and the updated shard is
+cast to the model dtype and all-gathered. Hyper-parameters and the step count come with the
+inputs and differ per call. The master shard is judged tightly, in fp32 (the update is far below
+a bf16 ulp of the parameters). The traffic is that of one all-reduce split around the optimizer;
+a fast version fuses the reduction, accumulation, AdamW and cast, and pipelines the
+reduce-scatter, update and all-gather over chunks.
 """
 
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
@@ -23,7 +24,8 @@ SPEC = ProblemSpec(
     category="dp",
     pattern="reduce-scatter (average) of flat gradients, fp32 accumulation and AdamW on the local shard, "
             "all-gather of the bf16 parameters",
-    origin="DeepSpeed ZeRO stage 2 (gradient partitioning with fp32 accumulation); PyTorch FSDP SHARD_GRAD_OP",
+    origin="DeepSpeed ZeRO stage 2 (gradient partitioning with fp32 accumulation); PyTorch FSDP SHARD_GRAD_OP; "
+           "Megatron-LM DistributedOptimizer",
     dtype="bfloat16",
     atol=1e-8,
     rtol=2**-20,

@@ -3,20 +3,18 @@ top_k expert outputs weighted by its gate probabilities.
 
 Pattern from the combine half of expert-parallel MoE layers: Megatron-LM's
 ``MoEAlltoAllTokenDispatcher.token_unpermutation`` (reverse all-to-all, then unpermute with the
-router probabilities), DeepEP's ``combine`` and DeepSpeed-MoE. After dispatch, rank e holds the
-outputs of its local experts for every token copy it received, grouped by source rank, then by
-local expert, then by token; the source rank still holds its routing (expert_index, probs) and
-the dispatch left every rank the number of rows it received from each rank for each local
+router probabilities), DeepEP's ``combine`` and DeepSpeed-MoE. After dispatch, each rank holds
+the outputs of its local experts for every token copy it received, grouped by source rank, then
+by local expert, then by token; the source rank still holds its routing (expert_index, probs)
+and the dispatch left every rank the number of rows it received from each rank for each local
 expert. The expert rank does not know which rows belong to the same token, so every row goes
 back on its own; the source rank puts each row back in its (token, k) place and reduces the
 top_k copies of a token in fp32, weighted by the gates. Routing is skewed (the same experts are
 hot on every rank, the hottest with about three times the mean load), so the split sizes are
-uneven and change every call. The return traffic is the biggest all-to-all of an MoE layer's
-forward pass; a fast version writes rows straight into the source's buffer in (token, k) order
-and fuses the weighted sum into the receive.
+uneven and change every call. The return traffic is as large as the dispatch's, and with fp32
+weighting it is memory-bound at the receiver; a fast version writes rows straight into the
+source's buffer in (token, k) order and fuses the weighted sum into the receive.
 """
-
-from math import comb
 
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
 

@@ -28,7 +28,7 @@ SPEC = ProblemSpec(
     dtype="bfloat16",
     atol=1e-6,
     rtol=1e-5,
-    shapes={"default": {"tokens": 32768, "experts": 256, "top_k": 8}, "small": {"tokens": 64, "experts": 16, "top_k": 2}},
+    shapes={"default": {"tokens": 65536, "experts": 256, "top_k": 8}, "small": {"tokens": 64, "experts": 16, "top_k": 2}},
     description="Rank r holds the router logits of its tokens ([tokens, experts]) and top_k (0-d int64, the same on every "
                 "rank). With p = softmax(logits) in fp32 over experts and each token's top_k experts ranked by logit (ties: "
                 "lower expert index first), every rank returns: expert_index ([tokens, top_k], int64, best first), gates "

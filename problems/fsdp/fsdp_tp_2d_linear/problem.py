@@ -3,17 +3,17 @@ sequence over the TP axis, then the local GEMM.
 
 Pattern from torchtitan's 2-D parallelism (a ``DeviceMesh`` of ("dp_shard", "tp"): the tensor
 plan, ``ColwiseParallel`` with sequence-parallel inputs, then ``fully_shard`` over the
-data-parallel axis), the same layout as Megatron-LM's tensor + sequence parallelism under a
-distributed optimizer. The W ranks form a dp x tp mesh with tp = 2 and rank = d * tp + t, so a
-TP group is tp consecutive ranks (the fast links) and an FSDP group is every tp-th rank. The
-weight W [out, in] is split by output rows over the TP ranks, and each TP rank's block is
-sharded again by rows over the FSDP ranks: rank (d, t) holds rows of block t, shard d. Each FSDP
-group member trains on its own batch, whose sequence is split over the TP ranks. The forward
-pass all-gathers the weight block over the FSDP group and the sequence over the TP group, then
-multiplies: rank (d, t) returns its TP column slice of the layer output for the whole sequence
-of batch d. The reference builds both kinds of sub-group once, in the same order on every rank.
-Meaningful only with both axes at least 2, so world sizes 4 and 8. A fast version overlaps both
-gathers with the GEMM, starting on the local pieces.
+data-parallel axis), and of Megatron-LM's tensor + sequence parallelism combined with sharded
+data parallelism. The W ranks form a dp x tp mesh with tp = 2 and rank = d * tp + t, so a TP
+group is tp consecutive ranks (the fast links) and an FSDP group is every tp-th rank. The weight
+W [out, in] is split by output rows over the TP ranks, and each TP rank's block is sharded again
+by rows over the FSDP ranks: rank (d, t) holds rows of block t, shard d. Each FSDP group member
+trains on its own batch, whose sequence is split over the TP ranks. The forward pass all-gathers
+the weight block over the FSDP group and the sequence over the TP group, then multiplies: rank
+(d, t) returns its TP column slice of the layer output for the whole sequence of batch d. The
+reference builds both kinds of sub-group once, in the same order on every rank. Meaningful only
+with both axes at least 2, so world sizes 4 and 8. A fast version overlaps both gathers with the
+GEMM, starting on the local pieces.
 """
 
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
@@ -40,6 +40,7 @@ SPEC = ProblemSpec(
 def make_inputs(rank, world, generator, device, dtype, *, tokens, in_features, out_features, tp):
     import torch
 
+    tp = min(tp, world)  # world 1 (the harness's single-GPU timing) is the plain local GEMM
     own = rank_generator(generator, rank)
     x = randn((tokens // tp, in_features), own, device, dtype)
     weight_shard = randn((out_features // world, in_features), own, device, dtype, scale=in_features**-0.5)
@@ -47,6 +48,7 @@ def make_inputs(rank, world, generator, device, dtype, *, tokens, in_features, o
 
 
 def cost(world, dtype_bytes, *, tokens, in_features, out_features, tp):
+    tp = min(tp, world)
     dp = world // tp
     block = out_features // tp * in_features * dtype_bytes  # this rank's TP block of the weight
     sequence = tokens * in_features * dtype_bytes
