@@ -17,8 +17,7 @@ def _explain(result: LintResult) -> str:
     return f"{result.problem} at world {result.world}:\n" + "\n".join(f"  {c.name}: {c.message}" for c in result.failures)
 
 
-@pytest.mark.parametrize("world", [2, 4, 8])
-@pytest.mark.parametrize("name", problem_names())
+@pytest.mark.parametrize(("name", "world"), [(name, world) for name in problem_names() for world in get_problem(name).spec.world_sizes])
 def test_problem_passes_lint(name: str, world: int) -> None:
     result = lint_problem(get_problem(name), world)
     assert result.ok, _explain(result)
@@ -137,3 +136,25 @@ def test_cli_problems_check(monkeypatch: pytest.MonkeyPatch) -> None:
 
     unknown = runner.invoke(app, ["problems", "--check", "all_reduce", "--world", "3"])
     assert unknown.exit_code != 0
+
+
+def test_suite_covers_the_taxonomy() -> None:
+    names = set(problem_names())
+    assert names >= {
+        "pp_send_recv_activations", "pp_1f1b_microbatches", "pp_interleaved_virtual_stages", "pp_tp_boundary_all_gather",
+        "fp8_all_gather_params", "int8_quantized_all_reduce", "fp8_reduce_scatter_grads", "fp8_all_to_all_dispatch",
+        "distributed_fft_transpose", "gnn_feature_exchange", "distributed_sample_sort", "distributed_knn",
+        "contrastive_loss_all_gather"}
+    assert {get_problem(name).spec.category for name in names} >= {"collective", "tp", "cp", "ep", "pp", "lowprec", "domain"}
+
+
+def test_lint_moves_float8_elements_and_scales_them_visibly() -> None:
+    import torch
+
+    from problems.lint import _moved_element
+
+    codes = torch.tensor([448.0, -3.0, 0.5, 12.0]).to(torch.float8_e4m3fn)  # 448 saturates: the move goes inward
+    moved = _moved_element(torch, codes)
+    assert moved.dtype == codes.dtype and int((moved.float() != codes.float()).sum()) == 1
+    ints = torch.tensor([5, -100, 7])
+    assert (_moved_element(torch, ints) - ints).abs().sum() == 5
