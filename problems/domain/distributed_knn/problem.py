@@ -58,5 +58,6 @@ def cost(world, dtype_bytes, *, bank, queries, dim):
     shard = bank // world * dim * dtype_bytes
     # sending the queries and merging per-shard top-k lists beats gathering the bank
     query_route = (world - 1) * (queries * dim * dtype_bytes + queries * K * 12)
+    # on that route a rank reads its own shard once and every rank's queries
     return Cost(comm_bytes=min((world - 1) * shard, query_route), flops=2 * queries * bank * dim + queries * bank,
-                hbm_bytes=bank * dim * dtype_bytes + queries * dim * dtype_bytes + queries * K * 12)
+                hbm_bytes=shard + world * queries * dim * dtype_bytes + 2 * world * queries * K * 12)

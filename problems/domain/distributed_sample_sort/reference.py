@@ -25,8 +25,9 @@ def solution(keys: torch.Tensor) -> torch.Tensor:
     samples = keys.new_empty((world * (world - 1),))
     dist.all_gather_into_tensor(samples, local[positions].contiguous())
 
-    # 2. splitters: every (W-1)-th of the sorted samples
-    splitters = torch.sort(samples).values[(world - 1) // 2::world - 1][: world - 1]
+    # 2. splitters: one from the middle of each group of W-1 sorted samples but the last
+    picks = torch.arange(world - 1, device=keys.device) * (world - 1) + (world - 1) // 2
+    splitters = torch.sort(samples).values[picks]
 
     # 3. cut at the splitters (keys equal to a splitter go to the upper bucket), exchange, merge
     cuts = torch.searchsorted(local, splitters)

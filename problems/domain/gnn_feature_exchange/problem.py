@@ -49,8 +49,9 @@ def make_inputs(rank, world, generator, device, dtype, *, nodes, features, reque
     owner = torch.arange(nodes, device=device) // per_rank
     mine = (~is_hub & (owner == rank)).nonzero().squeeze(1)
     others = (~is_hub & (owner != rank)).nonzero().squeeze(1)
-    local_ids = mine[torch.randperm(mine.numel(), generator=own, device=device)[:local]]
-    remote_ids = others[torch.randperm(others.numel(), generator=own, device=device)[:requests - hubs - local]]
+    remote = min(requests - hubs - local, others.numel())
+    local_ids = mine[torch.randperm(mine.numel(), generator=own, device=device)[:requests - hubs - remote]]
+    remote_ids = others[torch.randperm(others.numel(), generator=own, device=device)[:remote]]
     ids = torch.cat([hub_ids, local_ids, remote_ids])
     ids = ids[torch.randperm(requests, generator=own, device=device)]
     return randn((per_rank, features), own, device, dtype), ids

@@ -6,9 +6,9 @@ of a block; before the forward, the amax of each whole weight is found with one 
 of the shards' amaxes, every rank casts its shard to float8_e4m3fn with the weight's scale
 ``448 / amax``, and the fp8 bytes of all the block's weights are all-gathered in one bucket (as
 FSDP2 does, through a uint8 buffer), half the bytes of a bf16 all-gather. The gathered fp8 weight
-and its scale are what the fp8 GEMM consumes (the weight it represents is ``w_fp8 / scale``).
-Here the block is an MLP's two weights. Every rank returns the gathered fp8 weights and the two
-scales. The scale and the cast are specified to the bit (fp32 arithmetic, round to nearest even,
+and its scale are what the fp8 GEMM consumes; it dequantizes on the fly (the weight it represents
+is ``w_fp8 / scale``), so the fp8 codes and the scales are the outputs, not a bf16 copy. Here the
+block is an MLP's two weights. Every rank returns the gathered fp8 weights and the two scales. The scale and the cast are specified to the bit (fp32 arithmetic, round to nearest even,
 saturation at 448), so the outputs are compared exactly and without an upcast run (an fp32 run
 would give the same fp8 bytes, so it would add nothing): a wrong amax (a shard's instead of the
 weight's), a different scale formula or a truncating cast changes fp8 values and fails.

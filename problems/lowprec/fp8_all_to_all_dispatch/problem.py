@@ -9,14 +9,15 @@ scales, its routing (expert ids, rewritten as local expert indices, -1 for exper
 its gate weights. As in DeepEP, the dispatch also gets the layout computed from the routing, here
 each rank's token count per expert. Ranks first exchange counts (tokens per destination rank and
 per expert), then the packed rows (fp8 bytes, scale bytes and routing in one uint8 row per token
-copy) move in one uneven all-to-all. Every rank returns, in order of source rank and then source token: the fp8 payload,
-the scales, the local expert indices, the gate weights of its own experts (0 elsewhere), the
-global id of each received token (source rank * tokens + index), and how many received tokens
-go to each local expert. The quantization is per token and specified to the bit (amax over the
-block, ``scale = 448 / max(amax, 1e-4)``, ``q = float8_e4m3fn(clamp(x * scale, -448, 448))``
-with round to nearest even; the token is ``q / scale``), so every output is compared exactly and without an upcast run (an fp32 run gives the same
-fp8 codes); a per-token instead of per-block scale, a truncating cast, a token sent once per
-expert or received in another order fail.
+copy) move in one uneven all-to-all. Every rank returns, in order of source rank and then source
+token: the fp8 payload, the scales, the local expert indices, the gate weights of its own experts
+(0 elsewhere), the global id of each received token (source rank * tokens + index), and how many
+received tokens go to each local expert. The quantization is per token and specified to the bit
+(amax over the block, ``scale = 448 / max(amax, 1e-4)``, ``q = float8_e4m3fn(clamp(x * scale,
+-448, 448))`` with round to nearest even; the token is ``q / scale``), so every output is compared
+exactly and without an upcast run (an fp32 run gives the same fp8 codes): a per-token instead of
+per-block scale, a truncating cast, a token sent once per expert or received in another order
+fail.
 """
 
 from problems.spec import Cost, ProblemSpec, randn, rank_generator

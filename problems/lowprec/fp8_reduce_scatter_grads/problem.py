@@ -7,14 +7,15 @@ e5m2 for gradients as in the hybrid fp8 format. Each rank holds a flat gradient 
 W chunks (chunk c belongs to rank c, as in FSDP / ZeRO-2). Every block of 128 values is cast to
 float8_e5m2 with its own fp32 scale ``57344 / amax(block)``; the fp8 bytes and the scales are
 exchanged with one all-to-all each, and rank c dequantizes the W copies of its chunk
-(``q / scale``) and sums them in fp32 in rank order 0..W-1. Every rank returns its reduced fp32
+(``q / scale``) and sums them in fp32. Every rank returns its reduced fp32
 chunk (gradients are reduced and kept in fp32 for the optimizer, as FSDP's ``reduce_dtype``).
-The wire carries a quarter of an fp32 reduce-scatter's bytes. The arithmetic is specified to the
-bit (fp32 products and quotients, round to nearest even with saturation, the summation order),
-so the output is compared exactly and without an upcast run (an fp32 run casts the same values
-to the same fp8 codes): a per-chunk or per-tensor scale, e4m3 instead of e5m2, a truncating cast
-or a missing rank fail. (Summing in another order can move a few results by one fp32 ulp and
-fails too: the order is part of the contract.)
+The wire carries a quarter of an fp32 reduce-scatter's bytes. The quantization is specified to
+the bit (fp32 products, round to nearest even with saturation), so the fp8 codes are exact and
+there is no upcast run (an fp32 run casts the same values to the same codes); the sums are
+compared with a tolerance of a few fp32 ulps of the terms (atol 1e-4, rtol 1e-6), so summing in
+another order, with FMAs or with reciprocal scales passes, while one fp8 step is a 25% error of
+a term: a per-chunk or per-tensor scale, e4m3 instead of e5m2, a truncating cast or a missing
+rank fail.
 """
 
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
@@ -27,13 +28,13 @@ SPEC = ProblemSpec(
     pattern="blockwise fp8 (e5m2) quantize, all-to-all of fp8 bytes and scales, dequantize and sum in fp32",
     origin="MS-AMP FP8 gradient reduce-scatter (ZeRO); 1x128 block scaling as in DeepSeek-V3 / TransformerEngine blockwise fp8",
     dtype="bfloat16",
-    atol=0.0,
-    rtol=0.0,
+    atol=1e-4,
+    rtol=1e-6,
     upcast=False,
     shapes={"default": {"numel": 64 * 2**20}, "small": {"numel": 4096}},
     description="Each rank holds a gradient bucket g ([numel]). For every block b of 128 values of every rank's g: scale = "
                 "57344 / amax(b) (fp32), q = float8_e5m2(clamp(float32(b) * scale, -57344, 57344)), round to nearest even. "
-                "Rank c returns sum over ranks s = 0..world-1, in that order, of float32(q) / scale for the blocks of chunk c "
+                "Rank c returns the fp32 sum over ranks s of float32(q) / scale for the blocks of chunk c "
                 "= g_s[c*numel/world:(c+1)*numel/world], shape [numel/world], float32.",
 )
 

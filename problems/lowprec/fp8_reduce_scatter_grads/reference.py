@@ -24,7 +24,7 @@ def solution(grad: torch.Tensor) -> torch.Tensor:
     dist.all_to_all_single(q_recv, q.view(torch.uint8))
     dist.all_to_all_single(scale_recv, scale)
 
-    # dequantize the world copies of this rank's chunk and sum them in rank order
+    # dequantize the world copies of this rank's chunk and sum them
     received = q_recv.view(FP8).to(torch.float32) / scale_recv.unsqueeze(-1)
     received = received.reshape(world, -1)
     reduced = received[0].clone()

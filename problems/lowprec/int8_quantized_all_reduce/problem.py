@@ -9,14 +9,16 @@ scale: ``scale = 127 / amax(block)``, ``q = clamp(round_half_even(x * scale), -1
 int8, dequantized as ``q / scale``. The steps: quantize every chunk; all-to-all (int8 values and
 their scales); dequantize the W received copies of this rank's chunk and sum them in fp32 in
 rank order 0..W-1; requantize the sum; all-gather (int8 and scales); dequantize the whole bucket
-and cast it to the gradient's dtype. About a quarter of a bf16 ring all-reduce's bytes cross the
-interconnect. Every operation is specified to the bit (IEEE fp32 division and products, round
-half to even, the summation order; note that torch on CUDA turns a division by a Python scalar
-into a product with its reciprocal, so the scale is written 127 / amax), so every rank's result is deterministic and compared exactly,
-without an upcast run (an fp32 run quantizes the same values to the same integers, so it would add
-nothing): a fast version must fuse and overlap, not change the arithmetic; a wrong scale
-(127 vs 128, per-chunk instead of per-block), truncation instead of rounding or a skipped
-requantization fail.
+and cast it to the gradient's dtype. Half the bytes of a bf16 ring all-reduce cross the
+interconnect. Every operation is specified to the bit: IEEE fp32 quotients and products, round
+half to even, and the summation order (a different order changes the fp32 sum by an ulp now and
+then, which can flip a requantized integer by one step of the block's scale). The scale is written
+``127 / amax`` because torch on CUDA turns a division by a Python scalar into a product with its
+reciprocal, which ``amax / 127`` would suffer from. So the result is deterministic on every rank
+and is compared exactly, without an upcast run (an fp32 run quantizes the same values to the same
+integers, so it would add nothing): a fast version must fuse and overlap, not change the
+arithmetic, and a wrong scale (128 instead of 127, one per chunk instead of per block),
+truncation instead of rounding or a skipped requantization fail.
 """
 
 from problems.spec import Cost, ProblemSpec, randn, rank_generator

@@ -4,8 +4,8 @@ Pattern from pipeline parallelism in Megatron-LM (``p2p_communication.recv_forwa
 ``send_forward``, built on ``batch_isend_irecv``) and in PyTorch's ``torch.distributed.pipelining``:
 the layers of a model are split into W consecutive stages, one per rank, and the activations of
 a microbatch travel down the chain with point-to-point sends. Here every stage is one
-pre-norm-free transformer MLP block with its residual, ``h + gelu(h @ w1) @ w2`` (tanh GELU, as
-Megatron's fused bias-GELU), with its own weights. Rank 0 reads the microbatch, rank r waits for
+transformer MLP block with its residual (the norm left out), ``h + gelu(h @ w1) @ w2`` (tanh
+GELU, as Megatron's fused bias-GELU), with its own weights. Rank 0 reads the microbatch, rank r waits for
 rank r-1's activations, applies its block and sends the result to rank r+1; every rank returns
 the activations its stage produced (on the last rank, the pipeline's output; elsewhere, what it
 passed on). The chain is inherently serial: what a fast version can win is the latency of each

@@ -6,7 +6,7 @@ each pipeline stage, the TP ranks of a stage all hold the same activations after
 row-parallel all-reduce, so instead of each of them sending the whole tensor to its peer in the
 next stage, TP rank j sends only chunk j of the flattened activations, and the next stage's TP
 group all-gathers the chunks (over NVLink, while the inter-stage link carries 1/TP of the
-bytes). Here two stages meet at one boundary and each is tensor-parallel over the other world / 2
+bytes). Here two stages meet at one boundary and each is tensor-parallel over world / 2
 ranks: world 4 is two stages of TP 2, world 8 two stages of TP 4. Ranks are laid out as
 Megatron does, TP fastest: rank = stage * tp + j. Every stage is a tensor-parallel MLP block with
 its residual, ``h + all_reduce_tp(gelu(h @ w1_j) @ w2_j)`` (column-parallel w1, row-parallel w2,
