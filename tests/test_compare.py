@@ -57,3 +57,23 @@ def test_shape_dtype_nan_and_integers():
     off[7] = 0
     mismatch = compare_tensor(ints, (10,), "int64", 0, 0, off, 0, 0)
     assert mismatch.mismatched == 1 and mismatch.worst_index == [7]
+
+
+def test_float8_outputs_compare_by_value():
+    from sandbox.harness.compare import error_summary
+    from sandbox.harness.protocol import PackedTensor, ReferenceOutput
+
+    values = torch.randn(256, generator=torch.Generator().manual_seed(3)) * 100
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        codes = values.to(dtype)
+        expected = PackedTensor.of(codes).unpack()  # the bytes survive the pipe
+        assert expected.dtype == dtype and torch.equal(expected.view(torch.uint8), codes.view(torch.uint8))
+        name = str(dtype).removeprefix("torch.")
+        assert compare_tensor(expected, (256,), name, 0, 0, codes.clone(), 0, 0) is None
+        moved = codes.clone()
+        moved[7] = (codes[7].float() * 1.5).to(dtype)
+        mismatch = compare_tensor(expected, (256,), name, 0, 0, moved, 0, 0)
+        assert mismatch is not None and mismatch.mismatched == 1 and mismatch.worst_index == [7]
+        assert compare_tensor(expected, (256,), name, 0, 0, codes.float(), 0, 0).kind == "dtype"
+        reference = ReferenceOutput(expected=[expected], shapes=[(256,)], dtypes=[name], native_max_abs_err=[0.0], native_rms_err=[0.0])
+        assert error_summary(reference, [moved])[0] > 0

@@ -6,7 +6,8 @@ most ``SLACK`` times the native reference's plus the floor. So a kernel more acc
 bf16 NCCL reference (one that accumulates in fp32, say) always passes, and one much less
 accurate (fp8 transfers, a dropped rank, one bad block) fails. Integer outputs must match
 exactly. Shape and dtype must be the native reference's. NaN passes only where the reference
-has NaN.
+has NaN. Float8 outputs (fp8 payloads of low-precision problems) are compared by value, in fp32:
+torch implements little arithmetic on float8 tensors.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def error_summary(reference: ReferenceOutput, got: list) -> tuple[float, float]:
     max_abs = max_rel = 0.0
     for expected, output in zip(reference.expected, got):
         if isinstance(output, torch.Tensor) and output.is_floating_point() and output.shape == expected.shape and output.numel():
-            diff = (output.to(expected.dtype) - expected).abs().nan_to_num(0.0)
+            wide = expected.to(torch.float64)
+            diff = (output.to(torch.float64) - wide).abs().nan_to_num(0.0)
             max_abs = max(max_abs, float(diff.max()))
-            max_rel = max(max_rel, float((diff / expected.abs().clamp_min(1e-6)).max()))
+            max_rel = max(max_rel, float((diff / wide.abs().clamp_min(1e-6)).max()))
     return max_abs, max_rel
