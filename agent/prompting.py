@@ -50,7 +50,8 @@ def oracle_examples(problem: Problem, limit: int = MAX_EXAMPLES) -> list[dict[st
     examples = []
     for other in others[:limit]:
         source = other.oracle_path.read_text()
-        examples.append({"title": f"{other.name} ({other.spec.pattern})", "note": _docstring(source) or other.spec.description,
+        summary = _docstring(source).split("\n\n")[0]  # the whole docstring is in the source below
+        examples.append({"title": f"{other.name} ({other.spec.pattern})", "note": summary or other.spec.description,
                          "source": source.strip()})
     return examples
 
