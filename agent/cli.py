@@ -177,8 +177,7 @@ def roofline_ms(problem, gpu: Optional[str]) -> Optional[dict]:
             raise UserError(f"no datasheet for GPU {gpu!r}; known: {', '.join(topology.DATASHEET)}")
     else:
         topo = topology.host_topology(world)
-    itemsize = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[problem.spec.dtype]
-    cost = problem.cost(world, itemsize, **problem.shape("default"))
+    cost = problem.cost_at(world)
     if not (cost.comm_bytes or cost.flops or cost.hbm_bytes):
         return None
     bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)

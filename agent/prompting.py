@@ -13,7 +13,6 @@ from sandbox import topology
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 
-ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 MAX_EXAMPLES = 2
 
 
@@ -83,7 +82,7 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
     topo = hardware if hardware is not None and config.device != "cpu" else host_topology(config)
     bound = None
     if topo is not None and config.device == "cuda":
-        cost = problem.cost(config.world, ITEMSIZE[dtype], **shape)
+        cost = problem.cost_at(config.world, size, dtype)
         if cost.comm_bytes or cost.flops or cost.hbm_bytes:  # all zero: no cost model (ParallelKernelBench's problems)
             bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
     sheet = cheat_sheet(topo) if cheat_sheet_on and topo is not None else ""

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 Category = Literal["collective", "tp", "sp", "cp", "ep", "dp", "fsdp", "pp", "lowprec", "domain", "uncategorized"]
 CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
 
-DTYPES = ("bfloat16", "float16", "float32", "float64")
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
+DTYPES = tuple(DTYPE_BYTES)
 
 
 class Cost(BaseModel):
@@ -139,6 +140,10 @@ class Problem:
             return None
         return [describe_input(x) for x in inputs]
 
+    def cost_at(self, world: int, size: str = "default", dtype: str | None = None) -> Cost:
+        """The cost model at a named size, in the problem's dtype unless another is given."""
+        return self.cost(world, DTYPE_BYTES[dtype or self.spec.dtype], **self.shape(size))
+
     def shape(self, size: str) -> dict[str, Any]:
         if size not in self.spec.shapes:
             raise KeyError(f"problem {self.name} has no size {size!r}; it has {sorted(self.spec.shapes)}")
@@ -175,6 +180,16 @@ def randn(shape, generator, device, dtype, scale: float = 1.0, mean: float = 0.0
 
     values = torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
     return (values * scale + mean).to(dtype)
+
+
+def adam_hparams(generator, device):
+    """Hyper-parameters of the optimizer problems: [lr, beta1, beta2, eps, weight_decay] (fp32)
+    and the step count, drawn per call from the shared generator (the same on every rank)."""
+    import torch
+
+    u = torch.rand(6, generator=generator, device=device, dtype=torch.float64)
+    hparams = torch.stack((10 ** (-4 + u[0]), 0.85 + 0.1 * u[1], 0.95 + 0.049 * u[2], 10 ** (-8 + 2 * u[3]), 0.1 * u[4]))
+    return hparams.to(torch.float32), (1 + 300 * u[5]).to(torch.int64)  # early steps, where bias correction matters
 
 
 def load_module(path: Path, module_name: str) -> ModuleType:

@@ -65,7 +65,6 @@ class LocalSandbox(Sandbox):
         self.python = sys.executable
         self.marker = f"kloop-{uuid.uuid4().hex[:12]}"
         self.workdir = ""
-        self._sessions: set[int] = set()
 
     def start(self) -> None:
         if self.base_dir:
@@ -92,7 +91,6 @@ class LocalSandbox(Sandbox):
             )
         except OSError as error:
             raise SandboxError(f"cannot start {cmd[0]!r}: {error}") from error
-        self._sessions.add(proc.pid)
         readers = [CappedReader(proc.stdout, MAX_OUTPUT_BYTES), CappedReader(proc.stderr, MAX_OUTPUT_BYTES)]
         for reader in readers:
             reader.start()
@@ -107,9 +105,9 @@ class LocalSandbox(Sandbox):
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
+        finally:  # on timeout, on interruption, and whatever the command left running
             self._kill_session(proc.pid)
             proc.wait()
-        self._kill_session(proc.pid)  # whatever the command left running
         for reader in readers:
             reader.join(5)
         return ExecResult(
@@ -149,8 +147,5 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"{path} does not exist in the sandbox") from None
 
     def close(self) -> None:
-        for session in self._sessions:
-            self._kill_session(session)
-        self._sessions.clear()
         if self.workdir and not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)

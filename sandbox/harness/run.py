@@ -320,8 +320,7 @@ class Evaluation:
             self.report.speedup = round(ref.median_ms / cand.median_ms, 4)
         if self.config.device == "cuda" and cand is not None:
             topo = topology.host_topology(self.config.world, self.device_name, self.cache_root)
-            itemsize = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[self.dtype]
-            cost = self.problem.cost(self.config.world, itemsize, **self.shape)
+            cost = self.problem.cost_at(self.config.world, self.size, self.dtype)
             if not (cost.comm_bytes or cost.flops or cost.hbm_bytes):
                 return  # the problem has no cost model (e.g. ParallelKernelBench's): no roofline
             bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)

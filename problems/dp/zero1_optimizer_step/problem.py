@@ -16,7 +16,7 @@ wrong update. A fast version fuses the gradient slice, the Adam math and the cas
 and overlaps the all-gather of early chunks with the update of later ones.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.spec import Cost, ProblemSpec, adam_hparams, randn, rank_generator
 
 SPEC = ProblemSpec(
     name="zero1_optimizer_step",
@@ -36,15 +36,6 @@ SPEC = ProblemSpec(
                 "model dtype: every rank's p cast to the model dtype, in rank order), the averaged gradient ([numel], "
                 "model dtype), and its p, m, v ([numel/world], fp32).",
 )
-
-
-def adam_hparams(generator, device):
-    """[lr, beta1, beta2, eps, weight_decay] and the step count, drawn per call: the same on every rank."""
-    import torch
-
-    u = torch.rand(6, generator=generator, device=device, dtype=torch.float64)
-    hparams = torch.stack((10 ** (-4 + u[0]), 0.85 + 0.1 * u[1], 0.95 + 0.049 * u[2], 10 ** (-8 + 2 * u[3]), 0.1 * u[4]))
-    return hparams.to(torch.float32), (1 + 300 * u[5]).to(torch.int64)  # early steps, where bias correction matters
 
 
 def make_inputs(rank, world, generator, device, dtype, *, numel):

@@ -17,7 +17,7 @@ a fast version fuses the reduction, accumulation, AdamW and cast, and pipelines 
 reduce-scatter, update and all-gather over chunks.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.spec import Cost, ProblemSpec, adam_hparams, randn, rank_generator
 
 SPEC = ProblemSpec(
     name="zero2_reduce_scatter_step",
@@ -39,15 +39,6 @@ SPEC = ProblemSpec(
                 "(sqrt(v)/sqrt(1-beta2^t) + eps). Every rank returns params ([numel], model dtype: every rank's p cast to "
                 "the model dtype, in rank order) and its p, m, v ([numel/world], fp32).",
 )
-
-
-def adam_hparams(generator, device):
-    """[lr, beta1, beta2, eps, weight_decay] and the step count, drawn per call: the same on every rank."""
-    import torch
-
-    u = torch.rand(6, generator=generator, device=device, dtype=torch.float64)
-    hparams = torch.stack((10 ** (-4 + u[0]), 0.85 + 0.1 * u[1], 0.95 + 0.049 * u[2], 10 ** (-8 + 2 * u[3]), 0.1 * u[4]))
-    return hparams.to(torch.float32), (1 + 300 * u[5]).to(torch.int64)  # early steps, where bias correction matters
 
 
 def make_inputs(rank, world, generator, device, dtype, *, numel):
