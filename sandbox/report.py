@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Status = Literal["correct", "wrong", "build_failed", "crashed", "timeout", "rejected"]
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 Stage = Literal["static", "build", "correctness", "stress", "performance", "recheck", "profile", "done"]
 
 
-class Mismatch(BaseModel):
+class ReportModel(BaseModel):
+    """Non-finite floats (a candidate's NaN or inf output, an error that is inf) go to JSON as
+    "NaN" / "Infinity" strings: strict JSON that reads back as the same float."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
+
+class Mismatch(ReportModel):
     """Where and by how much one output of one rank missed the reference."""
 
     rank: int
@@ -33,7 +40,7 @@ class Mismatch(BaseModel):
     reference_max_abs_err: float = Field(0.0, description="how far the native-precision reference is from the upcast one")
 
 
-class RankVerdict(BaseModel):
+class RankVerdict(ReportModel):
     rank: int
     ok: bool
     message: str = ""
@@ -41,7 +48,7 @@ class RankVerdict(BaseModel):
     max_rel_err: float = 0.0
 
 
-class Timing(BaseModel):
+class Timing(ReportModel):
     """Per-iteration times on every rank; the step time is the slowest rank's median."""
 
     median_ms: float
@@ -51,12 +58,14 @@ class Timing(BaseModel):
     iterations: int
     warmup: int
     input_sets: int
+    sync_overhead_ms: float = Field(0.0, description="an empty timed interval (barrier, sync, events), subtracted from each "
+                                                     "iteration; the slowest rank's")
 
 
 ActivityKind = Literal["communication", "compute", "custom", "copy", "other"]
 
 
-class KernelStat(BaseModel):
+class KernelStat(ReportModel):
     """One kernel (or memcpy / memset) name's device time over the profiled calls."""
 
     name: str
@@ -68,7 +77,7 @@ class KernelStat(BaseModel):
                                "kernels; custom: everything else (the solution's own kernels)")
 
 
-class ProfileSummary(BaseModel):
+class ProfileSummary(ReportModel):
     """A few calls of one rank under the profiler. Per-call times are the profiled totals
     divided by the number of calls; ``busy`` counts overlapping activity once."""
 
@@ -85,7 +94,7 @@ class ProfileSummary(BaseModel):
     other_us_per_call: float = 0.0
 
 
-class LogExcerpt(BaseModel):
+class LogExcerpt(ReportModel):
     name: str
     head: str
     tail: str = ""
@@ -103,7 +112,7 @@ class LogExcerpt(BaseModel):
         return f"{self.head}\n[... {self.elided_chars} characters elided ...]\n{self.tail}"
 
 
-class Roofline(BaseModel):
+class Roofline(ReportModel):
     bound_ms: float = Field(description="the fastest a solution could run on this topology")
     limiter: Literal["interconnect", "hbm", "compute"]
     comm_bytes_per_rank: float
@@ -119,7 +128,7 @@ class Roofline(BaseModel):
 Bottleneck = Literal["interconnect", "hbm", "compute", "host_overhead", "serialised", "latency"]
 
 
-class PerformanceAnalysis(BaseModel):
+class PerformanceAnalysis(ReportModel):
     """Where one call's time goes against the roofline: achieved rates per resource, the
     profile's split into communication / compute / custom kernels / idle, and what bounds it.
     Rates are per rank; ``*_fraction`` is achieved over available."""
@@ -156,7 +165,7 @@ class PerformanceAnalysis(BaseModel):
     busiest_fraction: float | None = None
 
 
-class CompileStats(BaseModel):
+class CompileStats(ReportModel):
     """What the ranks asked the harness to compile during this evaluation."""
 
     requests: int = 0
@@ -164,7 +173,7 @@ class CompileStats(BaseModel):
     failed: int = 0
 
 
-class EvalReport(BaseModel):
+class EvalReport(ReportModel):
     status: Status
     message: str = Field(description="one line saying why")
     stage: Stage = "static"

@@ -1,5 +1,6 @@
 """The harness end to end on CPU (gloo), through the local sandbox, at world sizes 2, 4 and 8."""
 
+import math
 import time
 import uuid
 from pathlib import Path
@@ -68,6 +69,29 @@ def test_wrong_rank_is_named(local_sandbox, world):
     assert f"rank {world - 1}" in report.message
     assert report.mismatch.max_abs_err > 1.0 and report.mismatch.mismatched > 0
     assert [v.ok for v in report.ranks] == [True] * (world - 1) + [False]
+
+
+@pytest.mark.parametrize("fill", ["nan", "inf"])
+def test_non_finite_output_is_wrong_and_the_report_reads_back(local_sandbox, fill):
+    """A kernel that writes NaN or inf is an everyday mistake: the verdict names it (the report
+    crosses a JSON boundary, where NaN and inf are not plain numbers)."""
+    candidate = source("all_reduce_gather_sum") + f"""
+
+_sum = solution
+
+
+def solution(tensor):
+    out = _sum(tensor)
+    out.view(-1)[5:9] = float("{fill}")
+    return out
+"""
+    report = evaluate_in(local_sandbox, candidate, config(2))
+    assert report.status == "wrong", report.message
+    worst_got = report.mismatch.worst_got
+    if fill == "nan":
+        assert report.mismatch.kind == "nan" and "4 NaN in the output where the reference has 0 (first at [5])" in report.message and math.isnan(worst_got)
+    else:
+        assert report.mismatch.kind == "values" and math.isinf(report.mismatch.max_abs_err) and math.isinf(worst_got)
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -11,9 +11,13 @@ import os
 
 import pytest
 
+from agent.budget import Budget, Spend
+from agent.prompting import feedback_prompt
 from problems import get_problem
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
+from sandbox.runtime.build import default_cache_root
+from sandbox.topology_measure import measure_host
 
 pytestmark = pytest.mark.gpu
 
@@ -64,18 +68,24 @@ def test_all_reduce_with_several_blocks_is_correct(local_sandbox, two_shot):
     assert report.status == "correct", report.model_dump_json(indent=1)
 
 
+@pytest.mark.parametrize("world", [4, 8])
 @pytest.mark.parametrize("name", ORACLES)
-def test_oracle_without_its_trailing_barrier_is_caught(local_sandbox, name):
-    report = evaluate(local_sandbox, name, 4, "TRAILING_BARRIER = False", oracle_source(name, racy=True))
+def test_oracle_without_its_trailing_barrier_is_caught(local_sandbox, name, world):
+    report = evaluate(local_sandbox, name, world, "TRAILING_BARRIER = False", oracle_source(name, racy=True))
     assert report.status != "correct", "the harness missed the race: " + report.message
     assert report.status in ("wrong", "timeout", "crashed"), report.model_dump_json(indent=1)
 
 
 def test_all_reduce_oracle_in_cuda_mode_is_timed_and_profiled(local_sandbox):
+    """As ``kloop eval`` does before a GPU run, this host is measured first: the roofline uses its HBM rate."""
+    measurement, _ = measure_host(default_cache_root())
     report = evaluate(local_sandbox, "all_reduce", 1, "oracle", oracle_source("all_reduce"), device="cuda", size="default",
                       stress_calls=0)
     print(f"reference {report.reference_timing}\ncandidate {report.candidate_timing}\nspeedup {report.speedup} "
-          f"roofline {report.roofline} fraction {report.roofline_fraction}\nprofile {report.profile}", flush=True)
+          f"roofline {report.roofline} fraction {report.roofline_fraction}", flush=True)
+    print("--- feedback the model gets ---\n" + feedback_prompt(report, step=1, budget=Budget(steps=10), spend=Spend(steps=1), best=None))
     assert report.status == "correct", report.model_dump_json(indent=1)
     assert report.candidate_timing is not None and report.candidate_timing.median_ms > 0
+    assert report.roofline.hbm_measured and report.roofline.hbm_gbps == pytest.approx(measurement.median_hbm_copy_gbps())
+    assert report.roofline_fraction == pytest.approx(report.roofline.bound_ms / report.candidate_timing.median_ms, rel=1e-3)
     assert report.profile is not None and any("all_reduce_two_shot" in k.name for k in report.profile.kernels)

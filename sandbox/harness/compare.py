@@ -60,13 +60,14 @@ def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: f
     nan_wrong = int((nan_expected != nan_got).sum())
     if nan_wrong:
         first = int((nan_expected != nan_got).flatten().nonzero()[0])
+        index = _unravel(first, got.shape)
         return Mismatch(
             rank=-1, trial=-1, kind="nan", numel=numel, mismatched=nan_wrong, nans=int(nan_got.sum()),
-            detail=f"{int(nan_got.sum())} NaN in the output where the reference has {int(nan_expected.sum())}",
-            worst_index=_unravel(first, got.shape), worst_expected=float(hi.flatten()[first]), worst_got=float(lo.flatten()[first]),
+            detail=f"{int(nan_got.sum())} NaN in the output where the reference has {int(nan_expected.sum())} (first at {index})",
+            worst_index=index, worst_expected=float(hi.flatten()[first]), worst_got=float(lo.flatten()[first]),
         )
     same_inf = hi.isinf() & (hi == lo)
-    diff = torch.where(same_inf | nan_expected, torch.zeros_like(hi), (lo - hi).abs()).nan_to_num(nan=float("inf"))
+    diff = torch.where(same_inf | nan_expected, torch.zeros_like(hi), (lo - hi).abs()).nan_to_num(nan=float("inf"), posinf=float("inf"))
     magnitude = torch.where(hi.isfinite(), hi.abs(), torch.zeros_like(hi))
     bound = atol + rtol * magnitude + SLACK * native_max
     excess = diff - bound

@@ -356,7 +356,8 @@ class Evaluation:
         quartiles = statistics.quantiles(per_rank[slowest], n=4) if len(per_rank[slowest]) > 1 else [0, 0, 0]
         return Timing(median_ms=round(medians[slowest], 6), iqr_ms=round(quartiles[2] - quartiles[0], 6),
                       min_ms=round(min(min(t) for t in per_rank), 6), per_rank_median_ms=[round(m, 6) for m in medians],
-                      iterations=len(per_rank[slowest]), warmup=config.warmup, input_sets=replies[0].payload["input_sets"])
+                      iterations=len(per_rank[slowest]), warmup=config.warmup, input_sets=replies[0].payload["input_sets"],
+                      sync_overhead_ms=round(replies[slowest].payload["overhead_ms"], 6))
 
     def _recheck(self) -> None:
         trial = self.config.trials
