@@ -5,12 +5,12 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
 from tests.candidates import source
+from tests.processes import leftover_processes
 
 WORLDS = [2, 4, 8]
 
@@ -18,17 +18,6 @@ WORLDS = [2, 4, 8]
 def config(world, **overrides):
     base = dict(problem="all_reduce", world=world, device="cpu", allow_nccl=True, timed=False, trials=3)
     return HarnessConfig(**{**base, **overrides})
-
-
-def leftover_processes(marker: str) -> list[int]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("KLOOP_SANDBOX") == marker:
-                found.append(proc.pid)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.mark.parametrize("world", WORLDS)

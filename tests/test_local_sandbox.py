@@ -3,10 +3,10 @@
 import os
 import time
 
-import psutil
 import pytest
 
 from sandbox.backends import LocalSandbox, SandboxError
+from tests.processes import leftover_processes
 
 
 def test_api_keys_never_reach_the_sandbox(monkeypatch):
@@ -25,16 +25,14 @@ def test_timeout_kills_the_whole_group():
         result = box.exec(["sh", "-c", "sleep 300 & sleep 301 & wait"], timeout_s=2)
         assert result.timed_out and time.monotonic() - started < 20
         time.sleep(0.5)
-        survivors = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] in (["300"], ["301"])]
-        assert survivors == []
+        assert leftover_processes(box.marker) == []
 
 
 def test_processes_that_leave_the_group_are_swept():
     with LocalSandbox() as box:
         box.exec(["sh", "-c", "setsid sleep 302 >/dev/null 2>&1 < /dev/null &"], timeout_s=10)
         time.sleep(0.5)
-    survivors = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == ["302"]]
-    assert survivors == []
+        assert leftover_processes(box.marker) == []  # it left the group; the sweep after each command finds it
 
 
 def test_files_stay_inside_the_work_dir():
