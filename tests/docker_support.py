@@ -80,7 +80,21 @@ def no_container_left(docker_client):
     assert not left, f"sandbox containers left behind: {left}"
 
 
-def processes(box: DockerSandbox) -> list[int]:
-    """PIDs alive in the container besides PID 1 (the keeper) and the listing command itself."""
-    script = "import os; print(' '.join(p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())))"
-    return [int(p) for p in box.exec(["python3", "-S", "-c", script], 30).stdout.split()]
+LIVE_PROCESSES = r"""
+import os
+for pid in os.listdir('/proc'):
+    if pid.isdigit() and int(pid) not in (1, os.getpid(), os.getppid()):
+        try:
+            state = open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()[0]
+            command = open('/proc/%s/cmdline' % pid, 'rb').read().replace(b'\0', b' ').decode(errors='replace').strip()
+        except OSError:
+            continue
+        if state != 'Z':
+            print('%s %s %s' % (pid, state, command))
+"""
+
+
+def processes(box: DockerSandbox) -> list[str]:
+    """Processes alive in the container besides PID 1 (the keeper) and the listing command itself,
+    as "pid state command". A zombie is dead already: killed, waiting for PID 1 to reap it."""
+    return box.exec(["python3", "-S", "-c", LIVE_PROCESSES], 30).stdout.splitlines()
