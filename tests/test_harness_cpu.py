@@ -28,6 +28,7 @@ def test_fp32_accumulation_beats_the_bf16_reference_and_passes(local_sandbox, wo
     # It differs from the native bf16 reference by more than a plain 1e-2 tolerance would allow...
     assert max(v.max_abs_err for v in report.ranks) < 0.5
     assert report.reference_timing and report.candidate_timing and report.speedup > 0
+    assert report.candidate_timing.sync_overhead_ms > 0  # the empty interval subtracted from each iteration
     assert "landlock-abi7" in report.isolation or any(m.startswith("landlock") for m in report.isolation)
 
 
@@ -60,8 +61,9 @@ def test_wrong_rank_is_named(local_sandbox, world):
     assert [v.ok for v in report.ranks] == [True] * (world - 1) + [False]
 
 
+@pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize("fill", ["nan", "inf"])
-def test_non_finite_output_is_wrong_and_the_report_reads_back(local_sandbox, fill):
+def test_non_finite_output_is_wrong_and_the_report_reads_back(local_sandbox, fill, world):
     """A kernel that writes NaN or inf is an everyday mistake: the verdict names it (the report
     crosses a JSON boundary, where NaN and inf are not plain numbers)."""
     candidate = source("all_reduce_gather_sum") + f"""
@@ -74,7 +76,7 @@ def solution(tensor):
     out.view(-1)[5:9] = float("{fill}")
     return out
 """
-    report = evaluate_in(local_sandbox, candidate, config(2))
+    report = evaluate_in(local_sandbox, candidate, config(world))
     assert report.status == "wrong", report.message
     worst_got = report.mismatch.worst_got
     if fill == "nan":
