@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -39,11 +40,16 @@ def resolve_problem(name: str, pkb_root: Optional[Path] = None):
         raise UserError(str(error)) from None
 
 
-def check_world(problem, world: int, device: Device) -> None:
-    allowed = (1, *problem.spec.world_sizes)
-    if world not in allowed:
+def check_world_size(problem, world: int) -> None:
+    """``world`` must be one the problem declares, or 1 (single-GPU timing)."""
+    if world not in (1, *problem.spec.world_sizes):
         raise UserError(f"{problem.name} is defined for world sizes {', '.join(map(str, problem.spec.world_sizes))} (and 1 for "
                         f"single-GPU timing), not {world}")
+
+
+def check_world(problem, world: int, device: Device) -> None:
+    """``world`` is declared by the problem, and this machine can run it on ``device``."""
+    check_world_size(problem, world)
     if device != Device.cpu:
         import torch
 
@@ -66,8 +72,12 @@ def read_solution(path: Path) -> str:
 def harness_config(problem, world: int, device: Device, size: Optional[str], trials: int, timed: Optional[bool],
                    allow_nccl: bool, reference_cache: bool, stress_calls: int = 0):
     """The harness's orders for ``problem`` (a loaded Problem): suite problems go by name, others
-    (ParallelKernelBench's) by their ``ref``, which the harness and its ranks load again."""
+    (ParallelKernelBench's) by their ``ref``, which the harness and its ranks load again. A ``size``
+    the problem does not define is a UserError."""
     from sandbox.harness.config import HarnessConfig
+
+    if size is not None and size not in problem.spec.shapes:
+        raise UserError(f"{problem.name} has no size {size!r}; it has {', '.join(problem.spec.shapes)}")
 
     problem_ref = None if problem.ref.startswith("folder:") else problem.ref
     return HarnessConfig(problem=problem.name, problem_ref=problem_ref, world=world, device=device.value, size=size, trials=trials,
@@ -99,15 +109,13 @@ def eval_command(
     from sandbox.gpu_pool import GpuPoolError
 
     spec = resolve_problem(problem, pkb_root)
-    if size is not None and size not in spec.spec.shapes:
-        raise UserError(f"{problem} has no size {size!r}; it has {', '.join(spec.spec.shapes)}")
+    config = harness_config(spec, world, device, size, trials, timed, allow_nccl, reference_cache, stress)
     check_world(spec, world, device)
     source = read_solution(solution)
-    config = harness_config(spec, world, device, size, trials, timed, allow_nccl, reference_cache, stress)
     options = sandbox_options(sandbox, device.value, world, gpus, image)
     try:
         with open_sandbox(sandbox, **options) as box:
-            with console.status(f"evaluating {solution.name} on {problem} (world {world}, {device.value})", spinner="dots") if not as_json else _null():
+            with console.status(f"evaluating {solution.name} on {problem} (world {world}, {device.value})", spinner="dots") if not as_json else nullcontext():
                 report = evaluate_in(box, source, config, filename=solution.name if solution.suffix == ".py" else "solution.py")
     except (SandboxError, GpuPoolError) as error:
         raise UserError(str(error)) from None
@@ -150,7 +158,8 @@ def problems_command(
     if check:
         lint_command(problems, world, as_json)
         return
-    bounds = {p.name: roofline_ms(p, gpu) for p in problems}
+    topologies = {world: roofline_topology(world, gpu) for world in {max(p.spec.world_sizes) for p in problems}}
+    bounds = {p.name: roofline_ms(p, topologies[max(p.spec.world_sizes)]) for p in problems}
     if as_json:
         print(json.dumps([{**p.spec.model_dump(), "folder": str(p.folder), "roofline_ms": bounds[p.name]} for p in problems],
                          indent=2, default=str))
@@ -166,21 +175,27 @@ def problems_command(
     console.print(table)
 
 
-def roofline_ms(problem, gpu: Optional[str]) -> Optional[dict]:
-    """The fastest a solution could run: default size, largest declared world size."""
+def roofline_topology(world: int, gpu: Optional[str]):
+    """The topology rooflines are computed on: ``gpu``'s datasheet, else this host's."""
+    from sandbox import topology
+
+    if not gpu:
+        return topology.host_topology(world)
+    topo = topology.datasheet_topology(gpu, world)
+    if topo is None:
+        raise UserError(f"no datasheet for GPU {gpu!r}; known: {', '.join(topology.DATASHEET)}")
+    return topo
+
+
+def roofline_ms(problem, topo) -> Optional[dict]:
+    """The fastest a solution could run: default size, largest declared world size, on ``topo``
+    (from :func:`roofline_topology` for that world size)."""
     from sandbox import topology
 
     world = max(problem.spec.world_sizes)
-    if gpu:
-        topo = topology.datasheet_topology(gpu, world)
-        if topo is None:
-            raise UserError(f"no datasheet for GPU {gpu!r}; known: {', '.join(topology.DATASHEET)}")
-    else:
-        topo = topology.host_topology(world)
-    cost = problem.cost_at(world)
-    if not (cost.comm_bytes or cost.flops or cost.hbm_bytes):
+    bound = topology.roofline_for(topo, problem.cost_at(world))
+    if bound is None:
         return None
-    bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
     return {"ms": round(bound.bound_ms, 6), "limiter": bound.limiter, "world": world, "gpu": topo.gpu_name}
 
 
@@ -217,13 +232,11 @@ def step_line(record: dict, steps: int) -> str:
     speed = f"{record['speedup']:.2f}x" if record.get("speedup") is not None else "-"
     cost = f"${record['cost_usd']:.3f}" if record.get("cost_usd") is not None else "$?"
     status = record["status"]
+    from agent.render import STATUS_COLORS
+
     style = STATUS_COLORS.get(status, "yellow")
     return (f"step {record['step']:>2}/{steps}  [{style}]{status:<14}[/]  {speed:>8}  {record['tokens'] / 1000:>7.1f}k tok  {cost:>8}  "
             f"{record['wall_s']:>6.1f} s  {record.get('message', '')[:90]}")
-
-
-STATUS_COLORS = {"correct": "green", "wrong": "red", "build_failed": "yellow", "crashed": "red", "timeout": "magenta",
-                 "rejected": "red", "provider_error": "red"}
 
 
 @app.command("run")
@@ -260,21 +273,20 @@ def run_command(
     from sandbox.backends import SandboxError
 
     spec = resolve_problem(problem, pkb_root)
-    if size is not None and size not in spec.spec.shapes:
-        raise UserError(f"{problem} has no size {size!r}; it has {', '.join(spec.spec.shapes)}")
+    harness = harness_config(spec, world, device, size, trials, None, allow_nccl, True)
     check_world(spec, world, device)
     options = parse_options(model_option)
     llm = build_model(model, options)
     config = RunConfig(problem=problem, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
                        budget=Budget(steps=1 if mode == Mode.single else steps, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall),
-                       harness=harness_config(spec, world, device, size, trials, None, allow_nccl, True),
+                       harness=harness,
                        sandbox=sandbox, out=out, examples=examples, cheat_sheet=cheat_sheet)
     box_options = sandbox_options(sandbox, device.value, world, gpus, image)
     if device == Device.cuda:
         ensure_topology()
     folder = new_run_folder(out, spec.name, model)
-    (folder / "config.json").write_text(config.model_dump_json(indent=2))
     trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json")})
+    trajectory.write_file("config.json", config.model_dump_json(indent=2))
     console.print(f"[bold]{problem}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; run folder {folder}")
     try:
         with EvaluationSession(sandbox, config.harness, **box_options) as session:
@@ -286,7 +298,7 @@ def run_command(
         raise UserError(str(error)) from None
     best = agent.best
     spend = agent.spend
-    cost = f"${spend.cost_usd:.3f}" if spend.cost_known else "unknown (no price for this model)"
+    cost = f"${spend.known_cost_usd:.3f}" if spend.known_cost_usd is not None else "unknown (no price for this model)"
     console.print(f"\n[bold]{exit_status}[/]: {trajectory.messages[-1]['content']}")
     console.print(f"{spend.steps} model calls, {spend.input_tokens} input + {spend.output_tokens} output tokens, cost {cost}, "
                   f"{spend.wall_s:.0f} s")
@@ -313,6 +325,7 @@ def prompt_command(
 
     spec = resolve_problem(problem, pkb_root)
     config = harness_config(spec, world, device, size, 5, None, allow_nccl, True)
+    check_world_size(spec, world)  # not check_world: printing a prompt needs no GPU
     print("=== system ===")
     print(system_prompt())
     print("=== user ===")
@@ -370,7 +383,7 @@ def lint_command(problems: list, world: Optional[int], as_json: bool) -> None:
     jobs = [(p, w) for p in problems for w in ((world,) if world is not None else p.spec.world_sizes)]
     results = []
     for number, (problem, size) in enumerate(jobs, start=1):
-        with console.status(f"[{number}/{len(jobs)}] {problem.name}, world {size}", spinner="dots") if not as_json else _null():
+        with console.status(f"[{number}/{len(jobs)}] {problem.name}, world {size}", spinner="dots") if not as_json else nullcontext():
             results.append(lint_problem(problem, size))
     if as_json:
         print(json.dumps([r.model_dump() for r in results], indent=2))
@@ -396,14 +409,6 @@ def _add_subcommands() -> None:
 
 
 _add_subcommands()
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def configure_logging() -> None:

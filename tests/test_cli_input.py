@@ -1,0 +1,31 @@
+"""Bad command-line input is a one-line error (exit code 2), not a traceback, in every command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def kloop(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--size", "bogus"), "all_reduce has no size 'bogus'; it has default"),
+    (("--world", "3"), "all_reduce is defined for world sizes 2, 4, 8 (and 1 for single-GPU timing), not 3"),
+])
+def test_prompt_refuses_bad_size_and_world(args, expected):
+    result = kloop("prompt", "all_reduce", *args, "--device", "cpu")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert expected in result.stderr
+
+
+def test_eval_gives_the_same_size_message(tmp_path):
+    solution = tmp_path / "solution.py"
+    solution.write_text("def solution(x):\n    return x\n")
+    result = kloop("eval", "all_reduce", str(solution), "--size", "bogus", "--device", "cpu")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "all_reduce has no size 'bogus'; it has " in result.stderr
