@@ -34,6 +34,11 @@ class Spend(BaseModel):
         return self.input_tokens + self.output_tokens
 
     @property
+    def known_cost_usd(self) -> float | None:
+        """The cost so far, or None when a call's price was unknown."""
+        return self.cost_usd if self.cost_known else None
+
+    @property
     def wall_s(self) -> float:
         return time.monotonic() - self.started_at
 

@@ -118,7 +118,7 @@ class Agent:
             self.trajectory.write_file("best/report.json", report.model_dump_json(indent=2))
 
     def _record(self, **fields: Any) -> None:
-        record = {"step": self.spend.steps, "tokens": self.spend.tokens, "cost_usd": self.spend.cost_usd if self.spend.cost_known else None,
+        record = {"step": self.spend.steps, "tokens": self.spend.tokens, "cost_usd": self.spend.known_cost_usd,
                   "wall_s": round(self.spend.wall_s, 1), **fields}
         self.records.append(record)
         self.on_step(record)
@@ -128,7 +128,7 @@ class Agent:
         self.trajectory.save()
 
     def _stats(self) -> dict[str, Any]:
-        return {"model_stats": {"instance_cost": self.spend.cost_usd if self.spend.cost_known else None, "api_calls": self.spend.steps,
+        return {"model_stats": {"instance_cost": self.spend.known_cost_usd, "api_calls": self.spend.steps,
                                 "input_tokens": self.spend.input_tokens, "output_tokens": self.spend.output_tokens,
                                 "cached_input_tokens": self.spend.cached_input_tokens, "reasoning_tokens": self.spend.reasoning_tokens},
                 "best": {k: v for k, v in (self.best or {}).items() if k != "source"} or None, "steps": self.records}
@@ -142,10 +142,11 @@ class Agent:
         else:
             summary += "; no correct solution"
         self.trajectory.add("exit", summary, exit_status=exit_status, submission=submission)
-        self.trajectory.info.update(exit_status=exit_status, submission=submission, **self._stats())
+        stats = self._stats()
+        self.trajectory.info.update(exit_status=exit_status, submission=submission, **stats)
         self.trajectory.save()
-        (self.trajectory.folder / "summary.json").write_text(json.dumps(
-            {"exit_status": exit_status, "message": summary, "wall_s": round(self.spend.wall_s, 2), **self._stats()}, indent=2, default=str))
+        self.trajectory.write_file("summary.json", json.dumps(
+            {"exit_status": exit_status, "message": summary, "wall_s": round(self.spend.wall_s, 2), **stats}, indent=2, default=str))
         self.log.info("run_finished", exit_status=exit_status, message=summary)
 
 

@@ -82,9 +82,7 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
     topo = hardware if hardware is not None and config.device != "cpu" else host_topology(config)
     bound = None
     if topo is not None and config.device == "cuda":
-        cost = problem.cost_at(config.world, size, dtype)
-        if cost.comm_bytes or cost.flops or cost.hbm_bytes:  # all zero: no cost model (ParallelKernelBench's problems)
-            bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
+        bound = topology.roofline_for(topo, problem.cost_at(config.world, size, dtype))
     sheet = cheat_sheet(topo) if cheat_sheet_on and topo is not None else ""
     return render(
         "task", problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,

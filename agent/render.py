@@ -10,8 +10,10 @@ from rich.text import Text
 from sandbox.report import EvalReport, ProfileSummary
 from sandbox.topology_measure import HostMeasurement
 
-STATUS_STYLE = {"correct": "bold green", "wrong": "bold red", "build_failed": "bold yellow", "crashed": "bold red",
-                "timeout": "bold magenta", "rejected": "bold red"}
+# The colour of each status: an evaluation's, and a run step's (provider_error); reports show it bold.
+STATUS_COLORS = {"correct": "green", "wrong": "red", "build_failed": "yellow", "crashed": "red", "timeout": "magenta",
+                 "rejected": "red", "provider_error": "red"}
+STATUS_STYLE = {status: f"bold {color}" for status, color in STATUS_COLORS.items()}
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:

@@ -70,7 +70,3 @@ class Trajectory:
         path = self.folder / relative
         atomic_write(path, text)
         return path
-
-
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())

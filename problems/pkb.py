@@ -65,10 +65,6 @@ class PkbError(UnknownProblem):
     """No checkout, not a checkout, or no such problem in it; the message is one line."""
 
 
-def is_pkb(name: str) -> bool:
-    return name.startswith(PREFIX)
-
-
 def checkout_root(root: str | os.PathLike | None = None) -> Path:
     """The checkout at ``root``, else at ``$KLOOP_PKB_ROOT``, checked to look like PKB."""
     given = root if root not in (None, "") else os.environ.get(ROOT_ENV)

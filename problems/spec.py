@@ -182,6 +182,19 @@ def randn(shape, generator, device, dtype, scale: float = 1.0, mean: float = 0.0
     return (values * scale + mean).to(dtype)
 
 
+def topk_routing(generator, popularity, tokens: int, top_k: int):
+    """A top-k router's choices for ``tokens`` tokens: fp32 logits drawn from ``generator`` plus
+    the shared per-expert bias ``popularity`` ([experts]), then the top_k experts of each token.
+    Returns the expert ids ([tokens, top_k], int64) and their gate probabilities (the softmax of
+    the top_k logits, fp32, as routers compute it)."""
+    import torch
+
+    experts = popularity.shape[0]
+    router_logits = torch.randn((tokens, experts), generator=generator, device=popularity.device) + popularity
+    top_logits, expert_index = router_logits.topk(top_k, dim=-1)
+    return expert_index, torch.softmax(top_logits, dim=-1)
+
+
 def adam_hparams(generator, device):
     """Hyper-parameters of the optimizer problems: [lr, beta1, beta2, eps, weight_decay] (fp32)
     and the step count, drawn per call from the shared generator (the same on every rank)."""

@@ -106,9 +106,9 @@ def _check_spec(problem: Problem, world: int, size: str, result: LintResult) -> 
     result.add("world_and_size", sizes)
 
     costs = []
-    for shape_name, shape in spec.shapes.items():
+    for shape_name in spec.shapes:
         try:
-            cost = problem.cost(world, 2, **shape)
+            cost = problem.cost_at(world, shape_name, spec.dtype)  # as the harness asks for it: the problem's dtype
         except Exception as error:  # noqa: BLE001 - a broken cost model is a lint failure
             costs.append(f"cost(world={world}, **{shape_name}) raised {type(error).__name__}: {error}")
             continue

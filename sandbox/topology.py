@@ -8,12 +8,16 @@ GB/s (1e9 bytes/s).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from sandbox.nvml import gpu_model_name  # noqa: F401 - re-exported: the harness asks for the GPU's name here
+from sandbox.nvml import gpu_model_name
 from sandbox.report import Roofline
 from sandbox.topology_measure import HostMeasurement, cached_measurement
+
+if TYPE_CHECKING:
+    from problems.spec import Cost
 
 
 class Topology(BaseModel):
@@ -95,3 +99,11 @@ def roofline(topology: Topology, comm_bytes: float, flops: float, hbm_bytes: flo
         hbm_bytes_per_rank=hbm_bytes, link_gbps=topology.link_gbps, hbm_gbps=topology.hbm_gbps, tflops=topology.tflops,
         link_measured=topology.link_measured, hbm_measured=topology.hbm_measured,
     )
+
+
+def roofline_for(topo: Topology, cost: Cost) -> Roofline | None:
+    """The roofline of a problem's cost model on ``topo``; None when the problem has no cost
+    model (no communication, compute or HBM traffic, e.g. ParallelKernelBench's)."""
+    if not (cost.comm_bytes or cost.flops or cost.hbm_bytes):
+        return None
+    return roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)

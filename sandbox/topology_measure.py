@@ -123,7 +123,11 @@ def cached_measurement(cache_root: Path | None = None) -> HostMeasurement | None
         key = host_key(_inventory())
     except TopologyUnavailable:
         return None
-    path = cache_path(_cache_root(cache_root), key)
+    return _read(cache_path(_cache_root(cache_root), key))
+
+
+def _read(path: Path) -> HostMeasurement | None:
+    """The measurement cached at ``path``; None when there is none or it is unreadable."""
     if not path.exists():
         return None
     try:
@@ -141,7 +145,7 @@ def measure_host(cache_root: Path | None = None, refresh: bool = False, transfer
     key = host_key(inventory)
     path = cache_path(_cache_root(cache_root), key)
     if not refresh:
-        cached = cached_measurement(cache_root)
+        cached = _read(path)
         if cached is not None:
             return cached, False
     measurement = run_probe(inventory, key, transfer_mib, timeout_s)

@@ -1,5 +1,6 @@
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -13,3 +14,11 @@ def local_sandbox():
 
     with LocalSandbox() as box:
         yield box
+
+
+@pytest.fixture(scope="session")
+def pkb_root(tmp_path_factory) -> Path:
+    """A small ParallelKernelBench checkout (see tests.pkb_checkout), shared by the PKB tests."""
+    from tests.pkb_checkout import make_checkout
+
+    return make_checkout(tmp_path_factory.mktemp("pkb"))

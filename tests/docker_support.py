@@ -5,7 +5,9 @@ always closed, and a check that no container of this process outlives its test."
 from __future__ import annotations
 
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from sandbox.backends.docker_engine import OWNER_LABEL, connect, owner, sandbox_
 
 TEST_IMAGE = os.environ.get("KLOOP_TEST_IMAGE", "kernel-loop-sandbox:cpu-test")
 TEST_BASE = os.environ.get("KLOOP_TEST_BASE", "kernel-loop-base:cpu-test")
+KLOOP = str(Path(sys.executable).parent / "kloop")  # the console script, as users run it
 SETUP_HINT = "run docker/ci_setup.sh as root (installs and starts the engine, builds the test image)"
 
 

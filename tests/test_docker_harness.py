@@ -9,7 +9,7 @@ import pytest
 from sandbox.backends import LocalSandbox
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
-from tests.docker_support import box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
+from tests.docker_support import KLOOP, box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
 
 pytestmark = pytest.mark.docker
 
@@ -85,19 +85,9 @@ def config(**overrides) -> HarnessConfig:
 @pytest.fixture(scope="module")
 def local_verdicts(tmp_path_factory):
     """The local backend's verdicts on the same candidates (its own cache dir)."""
-    import os
-
-    previous = os.environ.get("KLOOP_CACHE_DIR")
-    os.environ["KLOOP_CACHE_DIR"] = str(tmp_path_factory.mktemp("local-cache"))
-    try:
-        with LocalSandbox() as local:
-            return {name: evaluate_in(local, source, config()).status for name, source in
-                    (("correct", CORRECT), ("wrong", WRONG), ("syntax", SYNTAX_ERROR))}
-    finally:
-        if previous is None:
-            os.environ.pop("KLOOP_CACHE_DIR", None)
-        else:
-            os.environ["KLOOP_CACHE_DIR"] = previous
+    with LocalSandbox(env={"KLOOP_CACHE_DIR": str(tmp_path_factory.mktemp("local-cache"))}) as local:
+        return {name: evaluate_in(local, source, config()).status for name, source in
+                (("correct", CORRECT), ("wrong", WRONG), ("syntax", SYNTAX_ERROR))}
 
 
 @pytest.mark.parametrize("name, source, expected", [("correct", CORRECT, "correct"), ("wrong", WRONG, "wrong"),
@@ -163,13 +153,10 @@ def test_spinning_forever_times_out(box):
 def test_kloop_eval_with_the_docker_sandbox(test_image, tmp_path, source, exit_code, verdict):
     import os
     import subprocess
-    import sys
-    from pathlib import Path
 
     solution = tmp_path / "candidate.py"
     solution.write_text(source)
-    kloop = str(Path(sys.executable).parent / "kloop")
-    out = subprocess.run([kloop, "eval", "all_reduce", str(solution), "--allow-nccl", "--sandbox", "docker", "--image", test_image,
+    out = subprocess.run([KLOOP, "eval", "all_reduce", str(solution), "--allow-nccl", "--sandbox", "docker", "--image", test_image,
                           "--no-timed", "--trials", "2"], capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert out.returncode == exit_code, out.stdout[-3000:] + out.stderr[-3000:]
     assert verdict in out.stdout

@@ -17,11 +17,10 @@ from sandbox.backends import SandboxError, open_sandbox
 from sandbox.backends.base import MAX_OUTPUT_BYTES
 from sandbox.backends.docker import DockerSandbox
 from sandbox.backends.docker_engine import LABEL, OWNER_LABEL, sweep_orphans
-from tests.docker_support import box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
+from tests.docker_support import KLOOP, TEST_BASE, box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[1]
-KLOOP = str(Path(sys.executable).parent / "kloop")  # the console script, as users run it
 
 
 def test_exec_runs_in_the_work_dir_as_a_non_root_user(box):
@@ -180,7 +179,7 @@ def test_sdk_build_through_the_cli(docker_client):
     """`kloop sandbox build --base <local image>` builds docker/Dockerfile without a registry."""
     tag = "kernel-loop-sandbox:cli-test"
     started = time.monotonic()
-    out = subprocess.run([KLOOP, "sandbox", "build", "--base", os.environ.get("KLOOP_TEST_BASE", "kernel-loop-base:cpu-test"),
+    out = subprocess.run([KLOOP, "sandbox", "build", "--base", TEST_BASE,
                           "--tag", tag, "--network", "none"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "Step 1/" in out.stdout and f"built {tag}" in out.stdout

@@ -13,22 +13,22 @@ import pytest
 
 from agent.budget import Budget, Spend
 from agent.prompting import feedback_prompt
-from problems import get_problem
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
 from sandbox.runtime.build import default_cache_root
 from sandbox.topology_measure import measure_host
+from tests.test_oracles import REQUIRED
+from tests.test_oracles import oracle_source as read_oracle
 
 pytestmark = pytest.mark.gpu
 
-ORACLES = ("all_reduce", "all_gather", "all_to_all", "all_gather_gemm", "gemm_reduce_scatter", "ring_attention")
 STRESS_CALLS = int(os.environ.get("KLOOP_ORACLE_STRESS_CALLS", "500"))  # fewer for a quick look
 # the stress stage is one request: 500 calls with every rank time-sliced on one GPU take a while at 8 ranks
 TIMEOUTS = StageTimeouts(startup_s=120, build_s=300, correctness_s=240, performance_s=120, profile_s=120)
 
 
 def oracle_source(name: str, racy: bool = False, two_shot: bool = False) -> str:
-    source = get_problem(name).oracle_path.read_text()
+    source = read_oracle(name)
     if racy:
         source = source.replace("TRAILING_BARRIER = True", "TRAILING_BARRIER = False")
     if two_shot:
@@ -46,7 +46,7 @@ def evaluate(box, name: str, world: int, variant: str, source: str, **config):
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
-@pytest.mark.parametrize("name", ORACLES)
+@pytest.mark.parametrize("name", REQUIRED)  # the oracles the suite must have (tests/test_oracles.py)
 def test_oracle_is_correct_through_back_to_back_calls(local_sandbox, name, world):
     report = evaluate(local_sandbox, name, world, "oracle", oracle_source(name))
     assert report.status == "correct", report.model_dump_json(indent=1)
@@ -69,7 +69,7 @@ def test_all_reduce_with_several_blocks_is_correct(local_sandbox, two_shot):
 
 
 @pytest.mark.parametrize("world", [4, 8])
-@pytest.mark.parametrize("name", ORACLES)
+@pytest.mark.parametrize("name", REQUIRED)
 def test_oracle_without_its_trailing_barrier_is_caught(local_sandbox, name, world):
     report = evaluate(local_sandbox, name, world, "TRAILING_BARRIER = False", oracle_source(name, racy=True))
     assert report.status != "correct", "the harness missed the race: " + report.message

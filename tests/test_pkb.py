@@ -19,11 +19,6 @@ from tests.pkb_checkout import BASE_SHAPE, make_checkout
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def pkb_root(tmp_path_factory) -> Path:
-    return make_checkout(tmp_path_factory.mktemp("pkb"))
-
-
 # ---------------------------------------------------------------------------- the loader
 @pytest.mark.parametrize("ident", ["pkb:1", "pkb:1_allreduce", "pkb:allreduce", "pkb:1_allreduce.py", "pkb:ALLREDUCE"])
 def test_ids_names_and_file_names_resolve_to_one_problem(pkb_root, ident):

@@ -14,12 +14,6 @@ from sandbox.harness.confine import landlock_abi
 from sandbox.harness.trees import clone_inputs, flatten_outputs, modified_inputs, nearly_constant, tensor_leaves, upcast_inputs
 from sandbox.runtime.pkb_shim.utils.cuda_helpers import compile_cuda_extension, needs_cuda
 from tests.candidates import source
-from tests.pkb_checkout import make_checkout
-
-
-@pytest.fixture(scope="module")
-def pkb_root(tmp_path_factory) -> Path:
-    return make_checkout(tmp_path_factory.mktemp("pkb"))
 
 
 def evaluate(box, root: Path, ident: str, code: str, world: int = 2):

@@ -57,9 +57,6 @@ class Usage(BaseModel):
     reasoning_tokens: int = 0
     cache_write_input_tokens: int = 0
 
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
-
 
 class ModelResponse(BaseModel):
     """What one ``complete`` call returned. ``cost_usd`` is None when the price is unknown.

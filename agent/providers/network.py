@@ -30,9 +30,9 @@ class NetworkOptions(BaseModel):
     top_p: float | None = None
     extra_body: dict[str, Any] | None = None
     default_headers: dict[str, str] | None = None
-    max_attempts: int = Field(default=6, ge=1)
-    deadline_s: float = Field(default=1800.0, gt=0)
-    attempt_timeout_s: float = Field(default=600.0, gt=0)
+    max_attempts: int = Field(default=RetryPolicy.max_attempts, ge=1)
+    deadline_s: float = Field(default=RetryPolicy.deadline_s, gt=0)
+    attempt_timeout_s: float = Field(default=RetryPolicy.attempt_timeout_s, gt=0)
     max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
     retry: RetryPolicy | None = None
     """A whole policy (tests inject one with a fake sleep); overrides the three numbers above."""

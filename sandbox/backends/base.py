@@ -64,29 +64,49 @@ class Sandbox(abc.ABC):
         self.close()
 
 
-class CappedReader(threading.Thread):
-    """Drains a pipe in the background, keeping at most ``limit`` bytes (head and tail)."""
+class CappedBuffer:
+    """Keeps at most ``limit`` bytes of a stream: its head and its tail, counting what fell out."""
 
-    def __init__(self, stream: IO[bytes], limit: int = MAX_OUTPUT_BYTES):
-        super().__init__(daemon=True)
-        self.stream, self.limit = stream, limit
+    def __init__(self, limit: int):
+        self.half = max(limit // 2, 1)
         self.head = bytearray()
         self.tail = bytearray()
         self.dropped = 0
 
-    def run(self) -> None:
-        half = self.limit // 2
-        while chunk := self.stream.read1(65536) if hasattr(self.stream, "read1") else os.read(self.stream.fileno(), 65536):
-            if len(self.head) < half:
-                take = chunk[: half - len(self.head)]
-                self.head += take
-                chunk = chunk[len(take):]
-            if chunk:
-                self.tail += chunk
-                if len(self.tail) > half:
-                    self.dropped += len(self.tail) - half
-                    del self.tail[: len(self.tail) - half]
+    def add(self, chunk: bytes) -> None:
+        if len(self.head) < self.half:
+            take = chunk[: self.half - len(self.head)]
+            self.head += take
+            chunk = chunk[len(take):]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                self.dropped += len(self.tail) - self.half
+                del self.tail[: len(self.tail) - self.half]
+
+    def bytes(self) -> bytes:
+        return bytes(self.head) + bytes(self.tail)
 
     def text(self) -> str:
         middle = f"\n[... {self.dropped} bytes dropped ...]\n".encode() if self.dropped else b""
         return (bytes(self.head) + middle + bytes(self.tail)).decode(errors="replace")
+
+
+class CappedReader(threading.Thread):
+    """Drains a pipe in the background into a :class:`CappedBuffer` of ``limit`` bytes (head and tail)."""
+
+    def __init__(self, stream: IO[bytes], limit: int = MAX_OUTPUT_BYTES):
+        super().__init__(daemon=True)
+        self.stream, self.limit = stream, limit
+        self.buffer = CappedBuffer(limit)
+
+    @property
+    def dropped(self) -> int:
+        return self.buffer.dropped
+
+    def run(self) -> None:
+        while chunk := self.stream.read1(65536) if hasattr(self.stream, "read1") else os.read(self.stream.fileno(), 65536):
+            self.buffer.add(chunk)
+
+    def text(self) -> str:
+        return self.buffer.text()

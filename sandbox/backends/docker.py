@@ -36,6 +36,7 @@ from sandbox.backends.base import MAX_OUTPUT_BYTES, ExecResult, Sandbox, Sandbox
 from sandbox.backends.docker_io import ExecStream, raw_socket
 from sandbox.backends.docker_scripts import KEEPER, LANDLOCK_ABI, READ, SWEEP, WRITE
 from sandbox.gpu_pool import GpuLease, GpuPool, device_request, parse_gpu_ids
+from sandbox.topology_measure import MULTICAST_OFF
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +54,7 @@ FIXED_ENV = {
     # `python -m sandbox.harness` runs in /work: the work dir must not shadow the harness's modules.
     "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
     "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo",
-    "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+    **MULTICAST_OFF,
 }
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 

@@ -7,36 +7,10 @@ from __future__ import annotations
 import socket
 import threading
 
+from sandbox.backends.base import CappedBuffer
+
 HEADER_BYTES = 8
 STDERR = 2
-
-
-class CappedBuffer:
-    """Keeps at most ``limit`` bytes of a stream: its head and its tail, counting what fell out."""
-
-    def __init__(self, limit: int):
-        self.half = max(limit // 2, 1)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped = 0
-
-    def add(self, chunk: bytes) -> None:
-        if len(self.head) < self.half:
-            take = chunk[: self.half - len(self.head)]
-            self.head += take
-            chunk = chunk[len(take):]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.half:
-                self.dropped += len(self.tail) - self.half
-                del self.tail[: len(self.tail) - self.half]
-
-    def bytes(self) -> bytes:
-        return bytes(self.head) + bytes(self.tail)
-
-    def text(self) -> str:
-        middle = f"\n[... {self.dropped} bytes dropped ...]\n".encode() if self.dropped else b""
-        return (bytes(self.head) + middle + bytes(self.tail)).decode(errors="replace")
 
 
 def raw_socket(hijacked) -> socket.socket:
@@ -55,7 +29,6 @@ class ExecStream:
         self.hijacked = hijacked  # holds the HTTP response: collecting it could close the socket
         self.sock = raw_socket(hijacked)
         self.stdout, self.stderr = CappedBuffer(limit), CappedBuffer(limit)
-        self.error: Exception | None = None
         self._reader = threading.Thread(target=self._read, daemon=True, name="docker-exec-out")
         self._writer = None if stdin is None else threading.Thread(target=self._write, args=(stdin,), daemon=True, name="docker-exec-in")
 
@@ -107,5 +80,5 @@ class ExecStream:
                     (self.stderr if buffer[start] == STDERR else self.stdout).add(payload)
                     start += HEADER_BYTES + size
                 del buffer[:start]
-        except OSError as error:
-            self.error = error
+        except OSError:
+            pass  # the socket was shut down (abort) or broke: the output so far is kept

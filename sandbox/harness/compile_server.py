@@ -46,8 +46,16 @@ class CompileServer:
         self._futures: dict[tuple, Future] = {}
         self._lock = threading.Lock()
         self.requests = 0
-        self.distinct = 0
-        self.failures: list[str] = []
+        self.failed = 0  # builds that failed
+
+    @property
+    def distinct(self) -> int:
+        """Distinct requests so far: one build each (requests are never forgotten)."""
+        return len(self._futures)
+
+    def _count_failure(self) -> None:
+        with self._lock:  # builds run on several pool threads
+            self.failed += 1
 
     def _build(self, kind: str, payload: dict[str, Any]) -> CompileReply:
         try:
@@ -56,11 +64,11 @@ class CompileServer:
             path = builder(**payload, cache_dir=self.cache_dir)
             return CompileReply(request_id=-1, ok=True, path=str(path))
         except build.CompileError as error:
-            self.failures.append(error.log)
+            self._count_failure()
             return CompileReply(request_id=-1, ok=False, log=error.log)
         except Exception as error:  # noqa: BLE001 - a build tool failing is reported, never fatal
             log.exception("compile failed unexpectedly")
-            self.failures.append(str(error))
+            self._count_failure()
             return CompileReply(request_id=-1, ok=False, log=f"{type(error).__name__}: {error}")
 
     def submit(self, request: CompileRequest) -> Future:
@@ -69,7 +77,6 @@ class CompileServer:
             self.requests += 1
             future = self._futures.get(key)
             if future is None:
-                self.distinct += 1
                 future = self._pool.submit(self._build, request.kind, request.payload)
                 self._futures[key] = future
         return future

@@ -29,6 +29,7 @@ def judge(expected: list[list[p.ReferenceOutput]], per_rank: list[list[p.Candida
     world = len(per_rank)
     verdicts: list[RankVerdict] = []
     first: Mismatch | None = None
+    last_errors: list[tuple[float, float]] = []  # per rank, for the last trial: what passing verdicts report
     for position, trial in enumerate(trial_indices):
         for rank in range(world):
             output = per_rank[rank][position]
@@ -36,8 +37,10 @@ def judge(expected: list[list[p.ReferenceOutput]], per_rank: list[list[p.Candida
                 mismatch = Mismatch(rank=rank, trial=trial, kind="input_modified",
                                     detail=f"input {output.modified_inputs[0]} was modified; solutions must not write their inputs")
             else:
-                mismatch = compare_outputs(on_device(expected[rank][trial], device), on_device(output, device).outputs,
-                                           spec.atol, spec.rtol, rank, trial)
+                wanted, got = on_device(expected[rank][trial], device), on_device(output, device).outputs
+                mismatch = compare_outputs(wanted, got, spec.atol, spec.rtol, rank, trial)
+                if mismatch is None and position == len(trial_indices) - 1:
+                    last_errors.append(error_summary(wanted, got))  # while on ``device``: no second transfer
             if mismatch is not None and first is None:
                 first = mismatch
             if first is not None and mismatch is not None and mismatch.trial == first.trial:
@@ -46,10 +49,7 @@ def judge(expected: list[list[p.ReferenceOutput]], per_rank: list[list[p.Candida
         if first is not None:
             break
     if first is None:
-        last = len(trial_indices) - 1
-        summaries = [error_summary(on_device(expected[rank][trial_indices[last]], device), on_device(per_rank[rank][last], device).outputs)
-                     for rank in range(world)]
-        return [RankVerdict(rank=rank, ok=True, max_abs_err=max_abs, max_rel_err=max_rel) for rank, (max_abs, max_rel) in enumerate(summaries)]
+        return [RankVerdict(rank=rank, ok=True, max_abs_err=max_abs, max_rel_err=max_rel) for rank, (max_abs, max_rel) in enumerate(last_errors)]
     failed_ranks = {v.rank for v in verdicts}
     verdicts += [RankVerdict(rank=r, ok=True) for r in range(world) if r not in failed_ranks]
     verdicts.sort(key=lambda v: v.rank)

@@ -23,7 +23,6 @@ class WorkerArgs:
     module_path: Path
     workdir: Path
     log_path: Path
-    confine: bool = False
     readable_paths: tuple[str, ...] = ()
     compile_cache: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -67,8 +66,6 @@ class Exit:
 @dataclass
 class Ready:
     rank: int
-    device_name: str
-    isolation: tuple[str, ...] = ()
 
 
 @dataclass

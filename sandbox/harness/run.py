@@ -29,12 +29,13 @@ from sandbox.harness.reference_cache import ReferenceCache, cache_key
 from sandbox.harness.seeds import host_secret, mixed_seed
 from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
+from sandbox.nvml import gpu_model_name
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 from sandbox.runtime.build import compile_cache_dir, default_cache_root
+from sandbox.topology_measure import MULTICAST_OFF
 
 log = structlog.get_logger(__name__)
 
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 STRESS_BATCH_BYTES = 2 * 2**30  # candidate outputs held per rank before they are checked
 ROTATE_INPUT_BYTES = 2 * 60 * 2**20  # rotate input sets until together they exceed twice an H200's L2
 PROFILED_CALLS = 5
@@ -106,7 +107,7 @@ class Evaluation:
                 group.close(timeout_s=5.0)
             self.compile_server.close()
             self.report.compiles = CompileStats(requests=self.compile_server.requests, distinct=self.compile_server.distinct,
-                                                failed=len(self.compile_server.failures))
+                                                failed=self.compile_server.failed)
             self._attach_logs()
             self.report.stage_wall_s["teardown"] = round(time.monotonic() - teardown, 3)
             self.report.wall_s = round(time.monotonic() - started, 3)
@@ -144,7 +145,7 @@ class Evaluation:
         self.seeds = [mixed_seed(s, secret) for s in publics]
         self.timing_seed = mixed_seed(self.config.seed + 10_000, secret)
         if self.config.device != "cpu":
-            self.device_name = topology.gpu_model_name() or "unknown-gpu"
+            self.device_name = gpu_model_name() or "unknown-gpu"
         self.candidate = self._start_group("candidate")
 
     def _start_group(self, role: p.Role) -> RankGroup:
@@ -161,7 +162,7 @@ class Evaluation:
                 role=role, rank=rank, world=self.config.world, device_mode=self.config.device, store_port=port,
                 problem_ref=self.problem.ref, dtype=self.dtype, shape=self.shape, module_path=module,
                 workdir=self.candidate_dir, log_path=self.log_dir / f"{role}_rank{rank}.log",
-                confine=role == "candidate", readable_paths=tuple(system_read_paths()), compile_cache=self.compile_server.cache_dir,
+                readable_paths=tuple(system_read_paths()), compile_cache=self.compile_server.cache_dir,
                 env=env,
             )
 
@@ -186,14 +187,14 @@ class Evaluation:
         outputs_key = cache_key(**identity, seeds=self.seeds)
         timing_key = cache_key(**identity, timing=[self.timing_seed, config.warmup, config.iterations, config.timing_budget_s])
         self.expected = cache.load(outputs_key, "outputs") if cache else None
-        self.reference_timing = cache.load(timing_key, "timing") if cache and config.is_timed() else None
+        timing = cache.load(timing_key, "timing") if cache and config.is_timed() else None
         self.report.reference_profile = cache.load(timing_key, "profile") if cache and self._profiles_reference() else None
-        need_timing = config.is_timed() and self.reference_timing is None
+        need_timing = config.is_timed() and timing is None
         need_profile = self._profiles_reference() and self.report.reference_profile is None
         cached = self.expected is not None and not need_timing and not need_profile
         self.report.reference_cache = "off" if cache is None else ("hit" if cached else "miss")
         if cached:
-            self.report.reference_timing = self.reference_timing
+            self.report.reference_timing = timing
             self._note_weak_inputs()
             return
         reference = self._loaded_reference()
@@ -204,13 +205,13 @@ class Evaluation:
                 cache.store(outputs_key, "outputs", self.expected, nbytes)
         self._note_weak_inputs()
         if need_timing:
-            self.reference_timing = self._time(reference, "reference")
+            timing = self._time(reference, "reference")
             if cache:
-                cache.store(timing_key, "timing", self.reference_timing)
-        self.report.reference_timing = self.reference_timing
+                cache.store(timing_key, "timing", timing)
+        self.report.reference_timing = timing
         if need_profile:
             try:
-                self.report.reference_profile = self._profile_group(reference, "reference", self.reference_timing)
+                self.report.reference_profile = self._profile_group(reference, "reference", timing)
             except StageTimeout as timeout:
                 self.report.notes.append(f"profiling the reference failed: {timeout}")
             if cache and self.report.reference_profile is not None:
@@ -321,9 +322,9 @@ class Evaluation:
         if self.config.device == "cuda" and cand is not None:
             topo = topology.host_topology(self.config.world, self.device_name, self.cache_root)
             cost = self.problem.cost_at(self.config.world, self.size, self.dtype)
-            if not (cost.comm_bytes or cost.flops or cost.hbm_bytes):
+            bound = topology.roofline_for(topo, cost)
+            if bound is None:
                 return  # the problem has no cost model (e.g. ParallelKernelBench's): no roofline
-            bound = topology.roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
             self.report.roofline = bound
             self.report.roofline_fraction = round(bound.bound_ms / cand.median_ms, 4) if cand.median_ms else None
             if cost.comm_bytes and cand.median_ms:

@@ -76,8 +76,7 @@ class _Rank:
         self.guard = None
         self.isolation: tuple[str, ...] = ()
         self._compile_ids = 0
-        device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
-        conn.send(p.Ready(rank=args.rank, device_name=device_name))
+        conn.send(p.Ready(rank=args.rank))
 
     # ------------------------------------------------------------------ plumbing
     def serve(self) -> None:

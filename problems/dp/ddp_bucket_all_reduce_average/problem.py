@@ -14,6 +14,8 @@ one bandwidth-optimal all-reduce without the pack and unpack copies, and needs n
 launches.
 """
 
+import math
+
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
 
 SPEC = ProblemSpec(
@@ -48,12 +50,5 @@ def make_inputs(rank, world, generator, device, dtype, *, hidden, bucket_cap_mb)
 
 
 def cost(world, dtype_bytes, *, hidden, bucket_cap_mb):
-    size = sum(_numel(shape) for shape in _grad_shapes(hidden)) * dtype_bytes
+    size = sum(math.prod(shape) for shape in _grad_shapes(hidden)) * dtype_bytes
     return Cost(comm_bytes=2 * (world - 1) / world * size, flops=size / dtype_bytes, hbm_bytes=(world + 1) * size)
-
-
-def _numel(shape):
-    out = 1
-    for n in shape:
-        out *= n
-    return out

@@ -16,6 +16,8 @@ gradients; a fast version makes each pass one multi-tensor kernel, keeps the all
 number off the host, and reads each gradient as few times as it can.
 """
 
+import math
+
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
 
 SPEC = ProblemSpec(
@@ -54,7 +56,7 @@ def make_inputs(rank, world, generator, device, dtype, *, hidden):
 
     layout = _grads(hidden, world)
     replicated = [randn(shape, generator, device, dtype, scale=REPLICATED_SCALE) if dup else None for shape, dup in layout]
-    expected_sq = sum((REPLICATED_SCALE**2 if dup else world * SHARDED_SCALE**2) * _numel(shape) for shape, dup in layout)
+    expected_sq = sum((REPLICATED_SCALE**2 if dup else world * SHARDED_SCALE**2) * math.prod(shape) for shape, dup in layout)
     max_norm = (0.2 + 0.6 * torch.rand((), generator=generator, device=device)) * expected_sq**0.5  # always clips
     own = rank_generator(generator, rank)
     grads = [rep if dup else randn(shape, own, device, dtype, scale=SHARDED_SCALE) for (shape, dup), rep in zip(layout, replicated)]
@@ -63,13 +65,6 @@ def make_inputs(rank, world, generator, device, dtype, *, hidden):
 
 
 def cost(world, dtype_bytes, *, hidden):
-    numel = sum(_numel(shape) for shape, _ in _grads(hidden, world))
+    numel = sum(math.prod(shape) for shape, _ in _grads(hidden, world))
     # one pass to take the norm, one to read and write the scaled gradients
     return Cost(comm_bytes=2 * (world - 1) / world * 4, flops=3 * numel, hbm_bytes=3 * numel * dtype_bytes)
-
-
-def _numel(shape):
-    out = 1
-    for n in shape:
-        out *= n
-    return out

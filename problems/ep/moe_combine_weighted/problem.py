@@ -16,7 +16,7 @@ weighting it is memory-bound at the receiver; a fast version writes rows straigh
 source's buffer in (token, k) order and fuses the weighted sum into the receive.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
 
 SPEC = ProblemSpec(
     name="moe_combine_weighted",
@@ -37,16 +37,6 @@ SPEC = ProblemSpec(
 )
 
 
-def _routing(generator, popularity, source, tokens, experts, top_k):
-    """Rank ``source``'s routing, drawn first from its own generator (which is returned)."""
-    import torch
-
-    own = rank_generator(generator, source)
-    router_logits = torch.randn((tokens, experts), generator=own, device=popularity.device) + popularity
-    top_logits, expert_index = router_logits.topk(top_k, dim=-1)
-    return own, expert_index, torch.softmax(top_logits, dim=-1)
-
-
 def make_inputs(rank, world, generator, device, dtype, *, tokens, hidden, experts, top_k):
     import torch
 
@@ -55,9 +45,10 @@ def make_inputs(rank, world, generator, device, dtype, *, tokens, hidden, expert
     local = experts // world
     recv_counts = torch.zeros((world, local), dtype=torch.int64, device=device)
     for source in range(world):  # what every rank routed to this rank's experts (known to all after the dispatch)
-        _, index, _ = _routing(generator, popularity, source, tokens, experts, top_k)
+        index, _ = topk_routing(rank_generator(generator, source), popularity, tokens, top_k)
         recv_counts[source] = torch.bincount(index.reshape(-1), minlength=experts)[rank * local:(rank + 1) * local]
-    own, expert_index, probs = _routing(generator, popularity, rank, tokens, experts, top_k)
+    own = rank_generator(generator, rank)  # rank r's routing is the first draw from its own generator
+    expert_index, probs = topk_routing(own, popularity, tokens, top_k)
     expert_out = randn((int(recv_counts.sum()), hidden), own, device, dtype)
     return expert_out, recv_counts, expert_index, probs
 

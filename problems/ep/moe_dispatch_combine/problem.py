@@ -14,7 +14,7 @@ for the split sizes.
 
 from math import comb
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
 
 SPEC = ProblemSpec(
     name="moe_dispatch_combine",
@@ -39,9 +39,7 @@ def make_inputs(rank, world, generator, device, dtype, *, tokens, hidden, expert
 
     popularity = torch.randn(experts, generator=generator, device=device)  # shared: the same experts are hot on every rank
     own = rank_generator(generator, rank)
-    router_logits = torch.randn((tokens, experts), generator=own, device=device) + popularity
-    top_logits, expert_index = router_logits.topk(top_k, dim=-1)
-    probs = torch.softmax(top_logits, dim=-1)  # fp32, as routers compute it
+    expert_index, probs = topk_routing(own, popularity, tokens, top_k)
     x = randn((tokens, hidden), own, device, dtype)
     expert_weight = randn((experts // world, hidden, hidden), own, device, dtype, scale=hidden**-0.5)
     return x, expert_index, probs, expert_weight

@@ -21,7 +21,7 @@ rows straight into the peers' receive buffers, and sends no padding.
 
 from math import ceil
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
 
 SPEC = ProblemSpec(
     name="moe_ep_capacity_dispatch",
@@ -50,9 +50,7 @@ def make_inputs(rank, world, generator, device, dtype, *, tokens, hidden, expert
     # shared: the same experts are hot on every rank (max load about 2x the mean, a few % of copies dropped at 1.25)
     popularity = 0.2 * torch.randn(experts, generator=generator, device=device)
     own = rank_generator(generator, rank)
-    router_logits = torch.randn((tokens, experts), generator=own, device=device) + popularity
-    top_logits, top_index = router_logits.topk(top_k, dim=-1)
-    gates = torch.softmax(top_logits, dim=-1)  # fp32, as routers compute it
+    top_index, gates = topk_routing(own, popularity, tokens, top_k)
     probs = torch.zeros((tokens, experts), device=device).scatter_(1, top_index, gates)
     routing_map = torch.zeros((tokens, experts), dtype=torch.bool, device=device).scatter_(1, top_index, True)
     x = randn((tokens, hidden), own, device, dtype)

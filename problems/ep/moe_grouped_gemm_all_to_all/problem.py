@@ -17,7 +17,7 @@ one grouped kernel, and sends a token once per destination rank rather than once
 
 from math import comb
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
 
 SPEC = ProblemSpec(
     name="moe_grouped_gemm_all_to_all",
@@ -44,9 +44,7 @@ def make_inputs(rank, world, generator, device, dtype, *, tokens, hidden, ffn, e
     # shared: the same experts are hot on every rank (the hottest gets about 3x the mean load)
     popularity = 0.3 * torch.randn(experts, generator=generator, device=device)
     own = rank_generator(generator, rank)
-    router_logits = torch.randn((tokens, experts), generator=own, device=device) + popularity
-    top_logits, expert_index = router_logits.topk(top_k, dim=-1)
-    probs = torch.softmax(top_logits, dim=-1)  # fp32, as routers compute it
+    expert_index, probs = topk_routing(own, popularity, tokens, top_k)
     x = randn((tokens, hidden), own, device, dtype)
     w1 = randn((experts // world, hidden, 2 * ffn), own, device, dtype, scale=hidden**-0.5)
     w2 = randn((experts // world, ffn, hidden), own, device, dtype, scale=ffn**-0.5)

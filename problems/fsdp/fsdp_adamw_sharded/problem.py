@@ -15,6 +15,8 @@ read-modify-write of four tensors per parameter; a fast version fuses everything
 all-reduce into one multi-tensor pass and makes the norm pass one kernel.
 """
 
+import math
+
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
 
 SPEC = ProblemSpec(
@@ -49,7 +51,7 @@ def make_inputs(rank, world, generator, device, dtype, *, hidden, ffn):
     u = torch.rand(7, generator=generator, device=device, dtype=torch.float64)  # shared
     hparams = torch.stack((10 ** (-4 + u[0]), 0.85 + 0.1 * u[1], 0.95 + 0.049 * u[2], 10 ** (-8 + 2 * u[3]), 0.1 * u[4]))
     step = (1 + 300 * u[5]).to(torch.int64)
-    numel = sum(_numel(shape) for shape in _param_shapes(hidden, ffn))
+    numel = sum(math.prod(shape) for shape in _param_shapes(hidden, ffn))
     max_norm = (0.25 + 1.25 * u[6]) * GRAD_SCALE * numel**0.5  # clips in 3 calls out of 5
     hparams = torch.cat((hparams, max_norm.view(1)))
     own = rank_generator(generator, rank)
@@ -62,13 +64,6 @@ def make_inputs(rank, world, generator, device, dtype, *, hidden, ffn):
 
 
 def cost(world, dtype_bytes, *, hidden, ffn):
-    shard = sum(_numel(shape) for shape in _param_shapes(hidden, ffn)) // world
+    shard = sum(math.prod(shape) for shape in _param_shapes(hidden, ffn)) // world
     # read the gradients for the norm, then read param, grad, m, v and write param, m, v
     return Cost(comm_bytes=2 * (world - 1) / world * 4, flops=20 * shard, hbm_bytes=8 * shard * dtype_bytes)
-
-
-def _numel(shape):
-    out = 1
-    for n in shape:
-        out *= n
-    return out

@@ -15,6 +15,8 @@ is judged against fp32 reduction. A fast version skips the copy-in by reading th
 place and overlaps the reduction with the next block's backward.
 """
 
+import math
+
 from problems.spec import Cost, ProblemSpec, randn, rank_generator
 
 SPEC = ProblemSpec(
@@ -45,14 +47,7 @@ def make_inputs(rank, world, generator, device, dtype, *, hidden, kv_dim, ffn):
 
 
 def cost(world, dtype_bytes, *, hidden, kv_dim, ffn):
-    numel = sum(_numel(shape) for shape in _grad_shapes(hidden, kv_dim, ffn))
+    numel = sum(math.prod(shape) for shape in _grad_shapes(hidden, kv_dim, ffn))
     reduce_bytes = max(dtype_bytes, 4)
     return Cost(comm_bytes=(world - 1) / world * numel * reduce_bytes, flops=numel,
                 hbm_bytes=numel * (dtype_bytes + 2 * reduce_bytes) + numel / world * 4)
-
-
-def _numel(shape):
-    out = 1
-    for n in shape:
-        out *= n
-    return out

@@ -20,7 +20,7 @@ per-block scale, a truncating cast, a token sent once per expert or received in 
 fail.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
 
 SPEC = ProblemSpec(
     name="fp8_all_to_all_dispatch",
@@ -50,9 +50,7 @@ def make_inputs(rank, world, generator, device, dtype, *, tokens, hidden, expert
 
     popularity = torch.randn(experts, generator=generator, device=device)  # shared: the same experts are hot on every rank
     own = rank_generator(generator, rank)
-    router_logits = torch.randn((tokens, experts), generator=own, device=device) + popularity
-    top_logits, topk_idx = router_logits.topk(top_k, dim=-1)
-    topk_weights = torch.softmax(top_logits, dim=-1)  # fp32, as routers compute it
+    topk_idx, topk_weights = topk_routing(own, popularity, tokens, top_k)
     # activations with per-channel outliers, the reason for fine-grained scales
     channel_scale = torch.exp(torch.randn(hidden, generator=own, device=device))
     x = (randn((tokens, hidden), own, device, torch.float32) * channel_scale).to(dtype)
