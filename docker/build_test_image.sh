@@ -106,7 +106,7 @@ say "docker build docker/Dockerfile FROM $BASE_TAG -> $IMAGE_TAG"
 BUILD_LOG="$CACHE/docker-build.log"
 # The label lets tests notice an image built from other harness sources (same digest as
 # sandbox.backends.docker_image.source_digest).
-SOURCE=$(cd "$ROOT" && find sandbox problems docker/Dockerfile docker/provision.sh docker/requirements-harness.txt -type f \
+SOURCE=$(cd "$ROOT" && find kloop_runtime sandbox problems docker/Dockerfile docker/provision.sh docker/requirements-harness.txt -type f \
     ! -name '*.pyc' ! -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
 DOCKER_BUILDKIT=0 docker build --network none --build-arg "BASE_IMAGE=$BASE_TAG" --label "kernel-loop.source=$SOURCE" \
     -f "$HERE/Dockerfile" -t "$IMAGE_TAG" "$ROOT" \

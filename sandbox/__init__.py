@@ -1,1 +1,2 @@
-"""Isolation and the trusted harness: backends, the in-sandbox harness, the candidate runtime."""
+"""Isolation and the trusted harness: backends, the in-sandbox harness, and ``sandbox.runtime``, the
+name candidates import the runtime (:mod:`kloop_runtime`) by."""

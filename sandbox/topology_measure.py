@@ -21,12 +21,13 @@ from pathlib import Path
 import structlog
 from pydantic import BaseModel, Field, ValidationError
 
+from kloop_runtime import settings
+from kloop_runtime.settings import MULTICAST_OFF
 from sandbox import nvml
 
 log = structlog.get_logger(__name__)
 
 PROBE_TIMEOUT_S = 600.0
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 class TopologyUnavailable(RuntimeError):
@@ -98,13 +99,11 @@ def host_key(inventory: nvml.Inventory) -> str:
 
 
 def cache_path(cache_root: Path, key: str) -> Path:
-    return cache_root / "topology" / f"{key}.json"
+    return settings.topology_cache_dir(cache_root) / f"{key}.json"
 
 
 def _cache_root(cache_root: Path | None) -> Path:
-    from sandbox.runtime.build import default_cache_root
-
-    return (cache_root or default_cache_root()).resolve()
+    return (cache_root or settings.cache_root()).resolve()
 
 
 def _inventory() -> nvml.Inventory:

@@ -69,8 +69,8 @@ def _gbps(nbytes: float, seconds: float) -> float:
 
 class Probe:
     def __init__(self, torch, transfer_mib: int):
-        from sandbox.runtime import driver
-        from sandbox.runtime.build import build_cubin
+        from kloop_runtime import driver
+        from kloop_runtime.build import build_cubin
 
         self.torch, self.driver = torch, driver
         self.count = torch.cuda.device_count()
@@ -101,11 +101,11 @@ class Probe:
     def _current(self, device: int) -> ctypes.c_void_p:
         """Make ``device``'s primary context current (torch's and ours are the same one)."""
         self.torch.cuda.set_device(device)
-        lib = self.driver._lib()
+        lib = self.driver.libcuda()
         context, handle = ctypes.c_void_p(), ctypes.c_int()
-        self.driver._check(lib.cuDeviceGet(ctypes.byref(handle), device), "cuDeviceGet")
-        self.driver._check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), handle), "cuDevicePrimaryCtxRetain")
-        self.driver._check(lib.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+        self.driver.check(lib.cuDeviceGet(ctypes.byref(handle), device), "cuDeviceGet")
+        self.driver.check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), handle), "cuDevicePrimaryCtxRetain")
+        self.driver.check(lib.cuCtxSetCurrent(context), "cuCtxSetCurrent")
         return context
 
     def enable_peer_access(self, device: int, peer: int) -> bool:
@@ -113,9 +113,9 @@ class Probe:
         if not self.torch.cuda.can_device_access_peer(device, peer):
             return False
         self._current(device)
-        result = self.driver._lib().cuCtxEnablePeerAccess(self.contexts[peer], ctypes.c_uint(0))
+        result = self.driver.libcuda().cuCtxEnablePeerAccess(self.contexts[peer], ctypes.c_uint(0))
         if result not in (0, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
-            self.driver._check(result, f"cuCtxEnablePeerAccess({device} -> {peer})")
+            self.driver.check(result, f"cuCtxEnablePeerAccess({device} -> {peer})")
         return True
 
     def time_s(self, device: int, launch) -> float:
@@ -229,7 +229,7 @@ def measure(key: str, transfer_mib: int, nvlinks: dict[str, int]) -> dict:
 
 def _driver_version(probe: Probe) -> str:
     version = ctypes.c_int()
-    probe.driver._lib().cuDriverGetVersion(ctypes.byref(version))
+    probe.driver.libcuda().cuDriverGetVersion(ctypes.byref(version))
     return f"CUDA driver API {version.value // 1000}.{version.value % 1000 // 10}"
 
 

@@ -15,7 +15,7 @@ import pytest
 from sandbox import nvml, topology
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig
-from sandbox.runtime.build import default_cache_root
+from kloop_runtime.settings import cache_root
 from sandbox.topology_measure import measure_host
 from tests.candidates import source
 
@@ -32,7 +32,7 @@ def gpu_count() -> int:
 def measured():
     """This host measured once into the test run's cache dir (the one the sandbox's harness reads)."""
     started = time.monotonic()
-    measurement, fresh = measure_host(default_cache_root(), refresh=True)
+    measurement, fresh = measure_host(cache_root(), refresh=True)
     return measurement, time.monotonic() - started
 
 
@@ -52,16 +52,16 @@ def test_topology_probe_measures_this_host(measured):
         assert all(p.peer_access and p.copy_engine_gbps > 50 and p.sm_write_gbps > 50 and p.sm_read_gbps > 50 for p in measurement.pairs)
         assert measurement.sm_write_gbps_by_blocks and measurement.all_peers_write_gbps > 50
     started = time.monotonic()
-    again, fresh = measure_host(default_cache_root())
+    again, fresh = measure_host(cache_root())
     assert not fresh and again == measurement and time.monotonic() - started < 5  # served from the cache
-    hardware = topology.host_topology(count, cache_root=default_cache_root())
+    hardware = topology.host_topology(count, cache_root=cache_root())
     print(f"roofline rates: link {hardware.link_gbps} GB/s ({'measured' if hardware.link_measured else 'datasheet'}), "
           f"HBM {hardware.hbm_gbps} GB/s ({'measured' if hardware.hbm_measured else 'datasheet'})")
     assert hardware.hbm_measured and hardware.link_measured == (count > 1)
 
 
 def test_kloop_topology_cli_reads_the_cache(measured):
-    env = {**os.environ, "KLOOP_CACHE_DIR": str(default_cache_root())}
+    env = {**os.environ, "KLOOP_CACHE_DIR": str(cache_root())}
     result = subprocess.run([sys.executable, "-m", "agent", "topology", "--json"], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["key"] == measured[0].key
@@ -110,7 +110,7 @@ def test_measuring_leaves_the_calling_process_without_a_cuda_context(measured):
     """The probe runs in a subprocess: a process that measures (or reads the cache) never initialises CUDA itself."""
     code = ("import torch; from sandbox.topology_measure import measure_host; "
             "measure_host(refresh=True, transfer_mib=64); print('cuda initialised:', torch.cuda.is_initialized())")
-    env = {**os.environ, "KLOOP_CACHE_DIR": str(default_cache_root() / "fresh")}
+    env = {**os.environ, "KLOOP_CACHE_DIR": str(cache_root() / "fresh")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     print("\n" + result.stdout + result.stderr[-2000:])
     assert result.returncode == 0 and "cuda initialised: False" in result.stdout

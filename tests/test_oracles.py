@@ -8,7 +8,7 @@ import pytest
 
 from problems import all_problems, get_problem
 from sandbox.harness.static_checks import check_source
-from sandbox.runtime.build import CompileError, build_cubin, find_nvcc
+from kloop_runtime.build import CompileError, build_cubin, find_nvcc
 
 REQUIRED = ("all_reduce", "all_gather", "all_to_all", "all_gather_gemm", "gemm_reduce_scatter", "ring_attention")
 ORACLES = sorted(p.name for p in all_problems() if p.oracle_path is not None)

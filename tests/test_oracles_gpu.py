@@ -15,7 +15,7 @@ from agent.budget import Budget, Spend
 from agent.prompting import feedback_prompt
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
-from sandbox.runtime.build import default_cache_root
+from kloop_runtime.settings import cache_root
 from sandbox.topology_measure import measure_host
 from tests.test_oracles import REQUIRED
 from tests.test_oracles import oracle_source as read_oracle
@@ -78,7 +78,7 @@ def test_oracle_without_its_trailing_barrier_is_caught(local_sandbox, name, worl
 
 def test_all_reduce_oracle_in_cuda_mode_is_timed_and_profiled(local_sandbox):
     """As ``kloop eval`` does before a GPU run, this host is measured first: the roofline uses its HBM rate."""
-    measurement, _ = measure_host(default_cache_root())
+    measurement, _ = measure_host(cache_root())
     report = evaluate(local_sandbox, "all_reduce", 1, "oracle", oracle_source("all_reduce"), device="cuda", size="default",
                       stress_calls=0)
     print(f"reference {report.reference_timing}\ncandidate {report.candidate_timing}\nspeedup {report.speedup} "

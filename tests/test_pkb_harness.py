@@ -12,7 +12,7 @@ from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig
 from sandbox.harness.confine import landlock_abi
 from sandbox.harness.trees import clone_inputs, flatten_outputs, modified_inputs, nearly_constant, tensor_leaves, upcast_inputs
-from sandbox.runtime.pkb_shim.utils.cuda_helpers import compile_cuda_extension, needs_cuda
+from kloop_runtime.pkb_shim.utils.cuda_helpers import compile_cuda_extension, needs_cuda
 from tests.candidates import source
 
 
@@ -101,7 +101,7 @@ def test_the_shim_tells_cuda_from_plain_cpp():
 
 @pytest.mark.skipif(torch.version.cuda is not None, reason="this torch has CUDA")
 def test_cuda_sources_fail_clearly_without_a_cuda_torch():
-    from sandbox.runtime import CompileError
+    from kloop_runtime import CompileError
 
     with pytest.raises(CompileError, match="has no CUDA, and the source uses CUDA"):
         compile_cuda_extension("k", "__global__ void k(float* x) { x[0] = 1; }")

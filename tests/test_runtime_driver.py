@@ -7,7 +7,7 @@ import struct
 import pytest
 import torch
 
-from sandbox.runtime.driver import CudaKernel
+from kloop_runtime.driver import CudaKernel
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from sandbox import nvml, topology, topology_measure
-from sandbox.harness.run import MULTICAST_OFF
+from kloop_runtime.settings import MULTICAST_OFF
+from sandbox.backends import docker
 from tests.prompt_fixtures import fake_measurement
 
 INVENTORY = nvml.Inventory(driver="580.159.04", gpus=tuple(
@@ -112,13 +113,15 @@ def test_cuda_visible_devices_selects_gpus(monkeypatch):
     assert nvml._visible(records) == []
 
 
-def test_probe_runs_with_multicast_off():
-    assert topology_measure.MULTICAST_OFF == MULTICAST_OFF
+def test_multicast_off_in_the_probe_and_the_sandbox_image():
+    assert MULTICAST_OFF["NCCL_NVLS_ENABLE"] == "0" and MULTICAST_OFF["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert topology_measure.MULTICAST_OFF is MULTICAST_OFF
+    assert MULTICAST_OFF.items() <= docker.FIXED_ENV.items()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None and not __import__("os").path.exists("/usr/local/cuda/bin/nvcc"), reason="no nvcc")
 def test_probe_kernels_compile(tmp_path):
-    from sandbox.runtime.build import build_cubin
+    from kloop_runtime.build import build_cubin
     from sandbox.topology_probe import KERNELS
 
     assert build_cubin(KERNELS, arch="90a", cache_dir=tmp_path).stat().st_size > 0

@@ -31,12 +31,12 @@ import uuid
 
 import structlog
 
+from kloop_runtime.settings import MULTICAST_OFF
 from sandbox.backends import docker_engine as engine
 from sandbox.backends.base import MAX_OUTPUT_BYTES, ExecResult, Sandbox, SandboxError
 from sandbox.backends.docker_io import ExecStream, raw_socket
 from sandbox.backends.docker_scripts import KEEPER, LANDLOCK_ABI, READ, SWEEP, WRITE
 from sandbox.gpu_pool import GpuLease, GpuPool, device_request, parse_gpu_ids
-from sandbox.topology_measure import MULTICAST_OFF
 
 log = structlog.get_logger(__name__)
 

@@ -17,7 +17,7 @@ log = structlog.get_logger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "docker/Dockerfile"
 SOURCE_LABEL = "kernel-loop.source"
-SOURCES = ("sandbox", "problems", "docker/Dockerfile", "docker/provision.sh", "docker/requirements-harness.txt")
+SOURCES = ("kloop_runtime", "sandbox", "problems", "docker/Dockerfile", "docker/provision.sh", "docker/requirements-harness.txt")
 
 
 def source_digest(root: Path = REPO_ROOT) -> str:

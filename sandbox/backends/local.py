@@ -22,6 +22,7 @@ from pathlib import Path
 
 import structlog
 
+from kloop_runtime import settings
 from sandbox.backends.base import MAX_OUTPUT_BYTES, CappedReader, ExecResult, Sandbox, SandboxError
 
 log = structlog.get_logger(__name__)
@@ -37,10 +38,8 @@ PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
 def sandbox_env(workdir: str, marker: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The allow-listed environment: nothing else of the caller's (no API keys) gets in."""
-    from sandbox.runtime.build import default_cache_root
-
     env = {name: os.environ[name] for name in ENV_ALLOWLIST if name in os.environ}
-    env.setdefault("KLOOP_CACHE_DIR", str(default_cache_root()))
+    env.setdefault(settings.CACHE_ROOT_ENV, str(settings.cache_root()))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [PROJECT_ROOT, env.get("PYTHONPATH")]))
     env.update(HOME=workdir, TMPDIR=os.path.join(workdir, "tmp"), KLOOP_SANDBOX=marker, PYTHONUNBUFFERED="1")
     env.update(extra or {})

@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                         logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     from sandbox.harness.confine import set_non_dumpable
     from sandbox.harness.config import HarnessConfig
-    from sandbox.harness.run import MULTICAST_OFF, Evaluation
+    from kloop_runtime.settings import MULTICAST_OFF
+    from sandbox.harness.run import Evaluation
     from sandbox.report import EvalReport, LogExcerpt
 
     set_non_dumpable()

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from sandbox.harness.protocol import CompileReply, CompileRequest
-from sandbox.runtime import build
+from kloop_runtime import build
 
 log = structlog.get_logger(__name__)
 

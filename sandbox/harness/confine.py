@@ -130,7 +130,7 @@ def system_read_paths() -> list[str]:
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda_home:
         paths.add(cuda_home)
-    for name in ("sandbox", "problems"):  # our own public packages, not the checkout around them
+    for name in ("kloop_runtime", "sandbox", "problems"):  # our own public packages, not the checkout around them
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__file__", None):
             paths.add(str(Path(module.__file__).parent))

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from kloop_runtime.settings import MULTICAST_OFF, cache_root, compile_cache_dir
 from problems import get_problem, load_ref
 from problems.spec import Problem
 from sandbox import performance, topology
@@ -31,8 +32,6 @@ from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
 from sandbox.nvml import gpu_model_name
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
-from sandbox.runtime.build import compile_cache_dir, default_cache_root
-from sandbox.topology_measure import MULTICAST_OFF
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +60,7 @@ class Evaluation:
         self.dtype = config.dtype or self.problem.spec.dtype
         self.size = config.resolved_size()
         self.shape = self.problem.shape(self.size)
-        self.cache_root = (config.cache_dir or default_cache_root()).resolve()
+        self.cache_root = (config.cache_dir or cache_root()).resolve()
         self.compile_server = CompileServer(compile_cache_dir() if config.cache_dir is None else self.cache_root / "compile")
         self.groups: list[RankGroup] = []
         self.report = EvalReport(

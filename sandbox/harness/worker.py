@@ -96,7 +96,7 @@ class _Rank:
                 self.conn.send(self._failure(error))
 
     def _failure(self, error: BaseException) -> p.Failed:
-        from sandbox.runtime.build import CompileError
+        from kloop_runtime.build import CompileError
 
         text = traceback.format_exc()
         violations = self._violations()
@@ -129,7 +129,7 @@ class _Rank:
     # ------------------------------------------------------------------ stages
     def load(self, _: p.Load) -> dict[str, Any]:
         from problems.spec import load_module
-        from sandbox.runtime import channel
+        from kloop_runtime import channel
 
         channel.install_remote(self._compile_remote)
         if self.args.role == "candidate":
@@ -140,7 +140,7 @@ class _Rank:
             self.isolation = tuple(measures)
             sys.path.insert(0, str(self.args.workdir))
             if self.problem.compat == "pkb":  # candidates written for ParallelKernelBench import its utils.cuda_helpers
-                from sandbox.runtime import pkb_shim
+                from kloop_runtime import pkb_shim
 
                 sys.path.insert(1, str(pkb_shim.ROOT))
         else:

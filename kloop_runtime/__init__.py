@@ -1,5 +1,7 @@
 """What candidate code may import to compile CUDA and share memory across ranks.
 
+Candidates (and the prompts that teach them) import it under its public name:
+
     from sandbox import runtime
 
     kernel = runtime.load_kernel(CUDA_SOURCE, "my_kernel")          # nvcc -> cubin, cached
@@ -10,6 +12,10 @@
 
 Builds are cached by content hash; under the harness, ranks never compile the same source
 twice. Compiler errors raise :class:`CompileError` with the whole compiler output.
+
+``kloop_runtime`` is a leaf: it imports only the standard library, torch and filelock, never
+the judge (``sandbox``), the problems or the controller. ``sandbox.runtime`` is this same
+module (see ``sandbox/runtime.py``, and :mod:`kloop_runtime.compat` for candidate ranks).
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from sandbox.runtime.build import CompileError, default_arch
-from sandbox.runtime.channel import compile_artifact
+from kloop_runtime.build import CompileError, default_arch
+from kloop_runtime.channel import compile_artifact
 
 __all__ = ["CompileError", "CudaKernel", "SymmetricBuffer", "compile_cubin", "load_extension", "load_kernel"]
 
@@ -34,7 +40,7 @@ def compile_cubin(source: str, options: tuple[str, ...] | list[str] = (), arch: 
 
 @cache
 def _module(cubin: Path):
-    from sandbox.runtime.driver import CudaModule
+    from kloop_runtime.driver import CudaModule
 
     return CudaModule(cubin)
 
@@ -77,11 +83,11 @@ def load_extension(
 
 def __getattr__(name: str):
     if name == "CudaKernel":
-        from sandbox.runtime.driver import CudaKernel
+        from kloop_runtime.driver import CudaKernel
 
         return CudaKernel
     if name == "SymmetricBuffer":
-        from sandbox.runtime.symmetric import SymmetricBuffer
+        from kloop_runtime.symmetric import SymmetricBuffer
 
         return SymmetricBuffer
     raise AttributeError(name)

@@ -23,7 +23,8 @@ class CudaDriverError(RuntimeError):
 
 
 @cache
-def _lib() -> ctypes.CDLL:
+def libcuda() -> ctypes.CDLL:
+    """The CUDA driver library, with the argument types of the calls made here declared."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError as error:
@@ -35,10 +36,11 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def _check(result: int, what: str) -> None:
+def check(result: int, what: str) -> None:
+    """Raise :class:`CudaDriverError` naming ``what`` when a driver call returned an error."""
     if result != 0:
         text = ctypes.c_char_p()
-        _lib().cuGetErrorString(result, ctypes.byref(text))
+        libcuda().cuGetErrorString(result, ctypes.byref(text))
         raise CudaDriverError(f"{what} failed: CUDA error {result} ({(text.value or b'?').decode()})")
 
 
@@ -56,7 +58,7 @@ class CudaKernel:
     def __init__(self, module: ctypes.c_void_p, name: str):
         self.name = name
         self._function = ctypes.c_void_p()
-        _check(_lib().cuModuleGetFunction(ctypes.byref(self._function), module, name.encode()), f"finding kernel {name!r} (is it extern \"C\"?)")
+        check(libcuda().cuModuleGetFunction(ctypes.byref(self._function), module, name.encode()), f"finding kernel {name!r} (is it extern \"C\"?)")
         self.param_sizes = self._param_sizes()
         self._shared_limit = 48 * 1024
         self._slots = (ctypes.c_uint64 * max(len(self.param_sizes), 1))()
@@ -68,10 +70,10 @@ class CudaKernel:
         sizes = []
         while True:
             offset, size = ctypes.c_size_t(), ctypes.c_size_t()
-            result = _lib().cuFuncGetParamInfo(self._function, ctypes.c_size_t(len(sizes)), ctypes.byref(offset), ctypes.byref(size))
+            result = libcuda().cuFuncGetParamInfo(self._function, ctypes.c_size_t(len(sizes)), ctypes.byref(offset), ctypes.byref(size))
             if result == _CUDA_ERROR_INVALID_VALUE:
                 return sizes
-            _check(result, "cuFuncGetParamInfo")
+            check(result, "cuFuncGetParamInfo")
             sizes.append(size.value)
 
     def _slot(self, index: int, value: Any, size: int, torch) -> int:
@@ -114,7 +116,7 @@ class CudaKernel:
         gx, gy, gz = (tuple(grid) + (1, 1))[:3]
         bx, by, bz = (tuple(block) + (1, 1))[:3]
         if shared_mem > self._shared_limit:
-            _check(_lib().cuFuncSetAttribute(self._function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_mem)),
+            check(libcuda().cuFuncSetAttribute(self._function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared_mem)),
                    f"raising the dynamic shared memory of {self.name} to {shared_mem} bytes")
             self._shared_limit = shared_mem
         handle = (stream if stream is not None else torch.cuda.current_stream()).cuda_stream
@@ -122,11 +124,11 @@ class CudaKernel:
             for index, (value, size) in enumerate(zip(args, self.param_sizes)):
                 self._slots[index] = self._slot(index, value, size, torch)
             if cooperative:
-                result = _lib().cuLaunchCooperativeKernel(self._function, gx, gy, gz, bx, by, bz, shared_mem, handle, self._pointers)
+                result = libcuda().cuLaunchCooperativeKernel(self._function, gx, gy, gz, bx, by, bz, shared_mem, handle, self._pointers)
             else:
-                result = _lib().cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, shared_mem, handle, self._pointers, None)
+                result = libcuda().cuLaunchKernel(self._function, gx, gy, gz, bx, by, bz, shared_mem, handle, self._pointers, None)
         if result:
-            _check(result, f"launching {self.name} with grid {(gx, gy, gz)} block {(bx, by, bz)}")
+            check(result, f"launching {self.name} with grid {(gx, gy, gz)} block {(bx, by, bz)}")
 
 
 class CudaModule:
@@ -136,7 +138,7 @@ class CudaModule:
         _ensure_context()
         image = cubin.read_bytes()
         self._module = ctypes.c_void_p()
-        _check(_lib().cuModuleLoadData(ctypes.byref(self._module), ctypes.c_char_p(image)), f"loading {cubin.name}")
+        check(libcuda().cuModuleLoadData(ctypes.byref(self._module), ctypes.c_char_p(image)), f"loading {cubin.name}")
         self._kernels: dict[str, CudaKernel] = {}
 
     def kernel(self, name: str) -> CudaKernel:

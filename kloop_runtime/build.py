@@ -22,6 +22,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from kloop_runtime.settings import compile_cache_dir
+
 COMPILE_TIMEOUT_S = 600
 NVCC_OPTIONS_ALLOWED = (
     "-D", "-U", "-O", "-std=", "--std=", "-use_fast_math", "--use_fast_math", "-lineinfo", "-maxrregcount",
@@ -37,15 +39,6 @@ class CompileError(RuntimeError):
     def __init__(self, message: str, log: str = ""):
         super().__init__(message if not log else f"{message}\n{log}")
         self.log = log or message
-
-
-def default_cache_root() -> Path:
-    root = os.environ.get("KLOOP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kernel-loop")
-    return Path(root)
-
-
-def compile_cache_dir() -> Path:
-    return Path(os.environ.get("KLOOP_COMPILE_CACHE") or default_cache_root() / "compile")
 
 
 @cache
@@ -181,9 +174,9 @@ def build_extension(
         with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
             build_dir = Path(tmp)
             (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
-            builder = str(Path(__file__).with_name("extension_builder.py"))  # by path: needs no import of `sandbox`
-            cmd = [sys.executable, builder, str(build_dir / "spec.json")]
-            _run_compiler(cmd, build_dir, "extension build", extra_read=[str(Path(torch.__file__).parent)])
+            builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
+            cmd = [sys.executable, str(builder), str(build_dir / "spec.json")]
+            _run_compiler(cmd, build_dir, "extension build", extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
             target.parent.mkdir(exist_ok=True)
             os.replace(build_dir / f"{module_name}.so", target)
     return target

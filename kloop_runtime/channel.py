@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from sandbox.runtime import build
+from kloop_runtime import build
 
 _remote: Callable[[str, dict[str, Any]], tuple[bool, str, str]] | None = None
 _lock = threading.Lock()

@@ -2,7 +2,7 @@
 
 Same contract as the benchmark's helper: ``cuda_src`` is CUDA C++ that binds its own functions
 (``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)``), and the loaded module is returned. The build
-goes through ``sandbox.runtime.load_extension`` (cached by content hash; under the harness the
+goes through ``kloop_runtime.load_extension`` (cached by content hash; under the harness the
 trusted parent compiles), for the running GPU's architecture.
 
 With a torch built without CUDA (CPU tests and demos), a source with no CUDA in it (no kernels,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from sandbox.runtime import CompileError, load_extension
+from kloop_runtime import CompileError, load_extension
 
 __all__ = ["compile_cuda_extension"]
 

@@ -1,0 +1,1 @@
+"""Stands in for ParallelKernelBench's ``utils`` package in candidate ranks (see ``kloop_runtime.pkb_shim``)."""

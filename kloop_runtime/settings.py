@@ -1,0 +1,37 @@
+"""Where kernel-loop keeps its caches, and the environment that keeps NVLink multicast off.
+
+The one place these are defined: the runtime's compiler, the harness, the sandbox backends
+and the topology probe read them from here.
+
+- ``$KLOOP_CACHE_DIR`` (default ``~/.cache/kernel-loop``) is the cache root;
+- ``$KLOOP_COMPILE_CACHE`` (default ``<root>/compile``) holds compiled cubins and extensions;
+- ``<root>/topology`` holds this host's measured topology.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CACHE_ROOT_ENV = "KLOOP_CACHE_DIR"
+COMPILE_CACHE_ENV = "KLOOP_COMPILE_CACHE"
+
+# Set in every process that may touch NCCL, torch symmetric memory or NVSHMEM: NVLink multicast
+# (NVLS / multimem) is switched off on the machines kernel-loop runs on.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def cache_root() -> Path:
+    """``$KLOOP_CACHE_DIR``, else ``~/.cache/kernel-loop``."""
+    root = os.environ.get(CACHE_ROOT_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "kernel-loop")
+    return Path(root)
+
+
+def compile_cache_dir() -> Path:
+    """``$KLOOP_COMPILE_CACHE``, else ``compile/`` under the cache root."""
+    return Path(os.environ.get(COMPILE_CACHE_ENV) or cache_root() / "compile")
+
+
+def topology_cache_dir(root: Path | None = None) -> Path:
+    """``topology/`` under ``root`` (default: the cache root)."""
+    return (root or cache_root()) / "topology"
