@@ -7,13 +7,14 @@ import json
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import Optional, get_args
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from agent.errors import UserError
+from sandbox.harness.config import DeviceMode
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="kernel-loop: LLMs write fast multi-GPU kernels; a trusted harness judges them.")
@@ -21,17 +22,15 @@ console = Console()
 errors = Console(stderr=True)
 
 
-class Device(str, enum.Enum):
-    cpu = "cpu"
-    cuda = "cuda"
-    emulate = "emulate"
+# The typer choice of device modes, made from the one definition (the harness's DeviceMode).
+Device = enum.Enum("Device", {mode: mode for mode in get_args(DeviceMode)}, type=str)
 
 
 PROBLEM_HELP = "problem name (see `kloop problems`), or pkb:<id or name> from a ParallelKernelBench checkout (--pkb-root)"
 PKB_ROOT_HELP = "ParallelKernelBench checkout that pkb:<id> problems are loaded from (default: $KLOOP_PKB_ROOT)"
 
 
-def resolve_problem(name: str, pkb_root: Optional[Path] = None):
+def load_problem(name: str, pkb_root: Optional[Path] = None):
     from problems import UnknownProblem, find_problem
 
     try:
@@ -86,8 +85,8 @@ def harness_config(problem, world: int, device: Device, size: Optional[str], tri
 
 @app.command("eval")
 def eval_command(
-    problem: str = typer.Argument(..., help=PROBLEM_HELP),
-    solution: Path = typer.Argument(..., help="Python file defining solution(*inputs)"),
+    problem_name: str = typer.Argument(..., metavar="PROBLEM", help=PROBLEM_HELP),
+    solution: Path = typer.Argument(..., metavar="SOLUTION", help="Python file defining solution(*inputs)"),
     world: int = typer.Option(2, "--world", "-w", help="number of ranks"),
     device: Device = typer.Option(Device.cpu, "--device", "-d", help="cpu (gloo), cuda (one GPU per rank) or emulate (all ranks on one GPU)"),
     size: Optional[str] = typer.Option(None, help="named problem size (default: `default` in cuda mode, `small` on cpu and in emulation)"),
@@ -108,14 +107,14 @@ def eval_command(
     from sandbox.evaluate import evaluate_in
     from sandbox.gpu_pool import GpuPoolError
 
-    spec = resolve_problem(problem, pkb_root)
-    config = harness_config(spec, world, device, size, trials, timed, allow_nccl, reference_cache, stress)
-    check_world(spec, world, device)
+    problem = load_problem(problem_name, pkb_root)
+    config = harness_config(problem, world, device, size, trials, timed, allow_nccl, reference_cache, stress)
+    check_world(problem, world, device)
     source = read_solution(solution)
     options = sandbox_options(sandbox, device.value, world, gpus, image)
     try:
         with open_sandbox(sandbox, **options) as box:
-            with console.status(f"evaluating {solution.name} on {problem} (world {world}, {device.value})", spinner="dots") if not as_json else nullcontext():
+            with console.status(f"evaluating {solution.name} on {problem_name} (world {world}, {device.value})", spinner="dots") if not as_json else nullcontext():
                 report = evaluate_in(box, source, config, filename=solution.name if solution.suffix == ".py" else "solution.py")
     except (SandboxError, GpuPoolError) as error:
         raise UserError(str(error)) from None
@@ -147,7 +146,7 @@ def problems_command(
     from problems.pkb import ROOT_ENV, pkb_problems
 
     if names:
-        problems = [resolve_problem(name, pkb_root) for name in names]
+        problems = [load_problem(name, pkb_root) for name in names]
     else:
         problems = all_problems()
         if pkb_root is not None or os.environ.get(ROOT_ENV):
@@ -241,7 +240,7 @@ def step_line(record: dict, steps: int) -> str:
 
 @app.command("run")
 def run_command(
-    problem: str = typer.Argument(..., help=PROBLEM_HELP),
+    problem_name: str = typer.Argument(..., metavar="PROBLEM", help=PROBLEM_HELP),
     model: str = typer.Option(..., "--model", "-m", help="provider:model (openai:, anthropic:, together:, vllm:, ..., scripted:demo)"),
     model_option: list[str] = typer.Option([], "--model-option", "-o", help="provider option KEY=VALUE (e.g. reasoning_effort=high)"),
     mode: Mode = typer.Option(Mode.loop, help="loop: revise with feedback; single: one answer"),
@@ -272,25 +271,25 @@ def run_command(
     from agent.trajectory import Trajectory, new_run_folder
     from sandbox.backends import SandboxError
 
-    spec = resolve_problem(problem, pkb_root)
-    harness = harness_config(spec, world, device, size, trials, None, allow_nccl, True)
-    check_world(spec, world, device)
+    problem = load_problem(problem_name, pkb_root)
+    harness = harness_config(problem, world, device, size, trials, None, allow_nccl, True)
+    check_world(problem, world, device)
     options = parse_options(model_option)
     llm = build_model(model, options)
-    config = RunConfig(problem=problem, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
+    config = RunConfig(problem=problem_name, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
                        budget=Budget(steps=1 if mode == Mode.single else steps, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall),
                        harness=harness,
                        sandbox=sandbox, out=out, examples=examples, cheat_sheet=cheat_sheet)
     box_options = sandbox_options(sandbox, device.value, world, gpus, image)
     if device == Device.cuda:
         ensure_topology()
-    folder = new_run_folder(out, spec.name, model)
+    folder = new_run_folder(out, problem.name, model)
     trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json")})
     trajectory.write_file("config.json", config.model_dump_json(indent=2))
-    console.print(f"[bold]{problem}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; run folder {folder}")
+    console.print(f"[bold]{problem_name}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; run folder {folder}")
     try:
         with EvaluationSession(sandbox, config.harness, **box_options) as session:
-            agent = Agent(llm, spec, config, session.evaluate, trajectory,
+            agent = Agent(llm, problem, config, session.evaluate, trajectory,
                           on_step=lambda record: console.print(step_line(record, config.budget.steps), highlight=False))
             with console.status("working (model call, then evaluation)...", spinner="dots"):
                 exit_status = agent.run()
@@ -310,7 +309,7 @@ def run_command(
 
 @app.command("prompt")
 def prompt_command(
-    problem: str = typer.Argument(..., help=PROBLEM_HELP),
+    problem_name: str = typer.Argument(..., metavar="PROBLEM", help=PROBLEM_HELP),
     world: int = typer.Option(2, "--world", "-w"),
     device: Device = typer.Option(Device.cuda, "--device", "-d"),
     size: Optional[str] = typer.Option(None),
@@ -323,13 +322,13 @@ def prompt_command(
     """Print the first prompt (system + task) a model would get, without calling any model."""
     from agent.prompting import system_prompt, task_options, task_prompt
 
-    spec = resolve_problem(problem, pkb_root)
-    config = harness_config(spec, world, device, size, 5, None, allow_nccl, True)
-    check_world_size(spec, world)  # not check_world: printing a prompt needs no GPU
+    problem = load_problem(problem_name, pkb_root)
+    config = harness_config(problem, world, device, size, 5, None, allow_nccl, True)
+    check_world_size(problem, world)  # not check_world: printing a prompt needs no GPU
     print("=== system ===")
     print(system_prompt())
     print("=== user ===")
-    print(task_prompt(spec, config, steps, **task_options(spec, cheat_sheet, examples)))
+    print(task_prompt(problem, config, steps, **task_options(problem, cheat_sheet, examples)))
 
 
 def ensure_topology() -> None:
@@ -382,9 +381,9 @@ def lint_command(problems: list, world: Optional[int], as_json: bool) -> None:
             raise UserError(f"world {world} is not declared by {', '.join(unsupported)}; leave out --world to check every declared size")
     jobs = [(p, w) for p in problems for w in ((world,) if world is not None else p.spec.world_sizes)]
     results = []
-    for number, (problem, size) in enumerate(jobs, start=1):
-        with console.status(f"[{number}/{len(jobs)}] {problem.name}, world {size}", spinner="dots") if not as_json else nullcontext():
-            results.append(lint_problem(problem, size))
+    for number, (problem, job_world) in enumerate(jobs, start=1):
+        with console.status(f"[{number}/{len(jobs)}] {problem.name}, world {job_world}", spinner="dots") if not as_json else nullcontext():
+            results.append(lint_problem(problem, job_world))
     if as_json:
         print(json.dumps([r.model_dump() for r in results], indent=2))
     else:
