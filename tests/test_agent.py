@@ -40,7 +40,7 @@ def run_agent(tmp_path, model, steps=3, **overrides):
     config = RunConfig(problem="all_reduce", model=getattr(model, "spec", "test"), harness=harness, **overrides)
     trajectory = Trajectory(tmp_path, info={"config": config.model_dump(mode="json")})
     records = []
-    with EvaluationSession("local", harness) as session:
+    with EvaluationSession(harness) as session:
         agent = Agent(model, get_problem("all_reduce"), config, session.evaluate, trajectory, on_step=records.append)
         status = agent.run()
     return status, agent, records, json.loads((tmp_path / "trajectory.json").read_text())
@@ -76,7 +76,7 @@ def test_target_speedup_ends_the_run(tmp_path):
     harness = HarnessConfig(problem="all_reduce", world=2, device="cpu", allow_nccl=True, trials=2, warmup=2, iterations=10)
     config = RunConfig(problem="all_reduce", model="scripted:demo", harness=harness, budget=Budget(steps=3), target_speedup=0.01)
     trajectory = Trajectory(tmp_path, info={})
-    with EvaluationSession("local", harness) as session:
+    with EvaluationSession(harness) as session:
         agent = Agent(make_model("scripted:demo"), get_problem("all_reduce"), config, session.evaluate, trajectory)
         assert agent.run() == "Submitted"
     assert agent.spend.steps == 2
