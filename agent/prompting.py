@@ -16,7 +16,7 @@ from sandbox.report import EvalReport
 MAX_EXAMPLES = 2
 
 
-def host_topology(config: HarnessConfig) -> topology.Topology | None:
+def prompt_topology(config: HarnessConfig) -> topology.Topology | None:
     """What the task prompt says about the hardware (None on CPU): this host's measured
     topology when it has been measured (``kloop topology``), else the datasheet."""
     if config.device == "cpu":
@@ -79,7 +79,7 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
     size = config.resolved_size()
     shape = problem.shape(size)
     dtype = config.dtype or problem.spec.dtype
-    topo = hardware if hardware is not None and config.device != "cpu" else host_topology(config)
+    topo = hardware if hardware is not None and config.device != "cpu" else prompt_topology(config)
     bound = None
     if topo is not None and config.device == "cuda":
         bound = topology.roofline_for(topo, problem.cost_at(config.world, size, dtype))
