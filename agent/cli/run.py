@@ -69,7 +69,7 @@ def command(
             exit_status = agent.run()
     spend = agent.spend
     cost = f"${spend.known_cost_usd:.3f}" if spend.known_cost_usd is not None else "unknown (no price for this model)"
-    console.print(f"\n[bold]{exit_status}[/]: {trajectory.messages[-1]['content']}")
+    console.print(f"\n[bold]{exit_status}[/]: {agent.messages[-1].content}")
     console.print(f"{spend.steps} model calls, {spend.input_tokens} input + {spend.output_tokens} output tokens, cost {cost}, "
                   f"{spend.wall_s:.0f} s")
     if agent.best:
