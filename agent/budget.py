@@ -13,10 +13,12 @@ WARN_FRACTION = 0.8
 
 
 class Budget(BaseModel):
-    steps: int = Field(10, ge=1)
-    max_tokens: int | None = Field(None, description="input + output tokens over the whole run")
-    max_cost_usd: float | None = None
-    max_wall_s: float | None = None
+    """When a run stops: whichever limit is reached first."""
+
+    steps: int = Field(10, ge=1, description="model calls")
+    max_tokens: int | None = Field(None, ge=1, description="token budget for the run: input + output tokens over all calls")
+    max_cost_usd: float | None = Field(None, gt=0, description="cost budget for the run, in USD")
+    max_wall_s: float | None = Field(None, gt=0, description="wall-time budget for the run, in seconds")
 
 
 class Spend(BaseModel):

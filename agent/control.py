@@ -30,7 +30,7 @@ class Terminating(AgentControl):
 
 
 class Submitted(Terminating):
-    """Single mode evaluated its one answer, or the target speedup was reached."""
+    """The target speedup was reached."""
 
 
 class LimitsExceeded(Terminating):

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import re
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.budget import Budget, Spend, near_end
 from problems.spec import Problem
@@ -13,10 +12,13 @@ from sandbox import topology
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 
+if TYPE_CHECKING:
+    from agent.loop import BestSolution
+
 MAX_EXAMPLES = 2
 
 
-def host_topology(config: HarnessConfig) -> topology.Topology | None:
+def prompt_topology(config: HarnessConfig) -> topology.Topology | None:
     """What the task prompt says about the hardware (None on CPU): this host's measured
     topology when it has been measured (``kloop topology``), else the datasheet."""
     if config.device == "cpu":
@@ -79,7 +81,7 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
     size = config.resolved_size()
     shape = problem.shape(size)
     dtype = config.dtype or problem.spec.dtype
-    topo = hardware if hardware is not None and config.device != "cpu" else host_topology(config)
+    topo = hardware if hardware is not None and config.device != "cpu" else prompt_topology(config)
     bound = None
     if topo is not None and config.device == "cuda":
         bound = topology.roofline_for(topo, problem.cost_at(config.world, size, dtype))
@@ -97,7 +99,7 @@ def task_options(problem: Problem, cheat_sheet_on: bool, examples_on: bool) -> d
     return {"cheat_sheet_on": cheat_sheet_on, "examples": oracle_examples(problem) if examples_on else []}
 
 
-def feedback_prompt(report: EvalReport, step: int, budget: Budget, spend: Spend, best: dict[str, Any] | None) -> str:
+def feedback_prompt(report: EvalReport, step: int, budget: Budget, spend: Spend, best: BestSolution | None) -> str:
     warning = near_end(budget, spend)
     budget_note = render("budget", steps_left=warning[0], reason=warning[1]) if warning else ""
     return render("feedback", report=report, step=step, steps=budget.steps, best=best, budget_note=budget_note.strip())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -9,6 +11,11 @@ from rich.text import Text
 
 from sandbox.report import EvalReport, ProfileSummary
 from sandbox.topology_measure import HostMeasurement
+
+if TYPE_CHECKING:
+    from problems.spec import Problem
+    from sandbox.problem_lint import LintResult
+    from sandbox.topology import ProblemRoofline
 
 # The colour of each status: an evaluation's, and a run step's (provider_error); reports show it bold.
 STATUS_COLORS = {"correct": "green", "wrong": "red", "build_failed": "yellow", "crashed": "red", "timeout": "magenta",
@@ -143,3 +150,37 @@ def print_topology(measurement: HostMeasurement, console: Console | None = None)
 
 def print_report(report: EvalReport, console: Console | None = None) -> None:
     (console or Console()).print(report_renderable(report))
+
+
+def step_line(record: dict[str, Any], steps: int) -> str:
+    """One line (rich markup) per step of a run, as ``kloop run`` prints them."""
+    speed = f"{record['speedup']:.2f}x" if record.get("speedup") is not None else "-"
+    cost = f"${record['cost_usd']:.3f}" if record.get("cost_usd") is not None else "$?"
+    status = record["status"]
+    style = STATUS_COLORS.get(status, "yellow")
+    return (f"step {record['step']:>2}/{steps}  [{style}]{status:<14}[/]  {speed:>8}  {record['tokens'] / 1000:>7.1f}k tok  {cost:>8}  "
+            f"{record['wall_s']:>6.1f} s  {record.get('message', '')[:90]}")
+
+
+def problems_table(problems: list[Problem], rooflines: dict[str, ProblemRoofline | None], where: str) -> Table:
+    table = Table(show_edge=False, title=f"roofline: default size at the largest declared world size, {where}", title_justify="left")
+    for column in ("name", "category", "pattern", "world sizes", "dtype", "roofline ms", "origin"):
+        table.add_column(column, overflow="fold")
+    for p in problems:
+        bound = rooflines[p.name]
+        shown = "-" if bound is None else f"{bound.ms:.3g} ({bound.limiter}, W={bound.world})"
+        table.add_row(p.name, p.spec.category, p.spec.pattern, ",".join(map(str, p.spec.world_sizes)), p.spec.dtype, shown, p.spec.origin)
+    return table
+
+
+def lint_renderable(results: list[LintResult]) -> Group:
+    table = Table(show_edge=False)
+    table.add_column("problem", no_wrap=True)
+    for column in ("world", "verdict", "checks", "wall s", "failed checks"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        failed = "\n".join(f"{c.name}: {c.message}" for c in r.failures)
+        table.add_row(r.problem, str(r.world), "[green]ok[/]" if r.ok else "[bold red]FAIL[/]",
+                      f"{len(r.checks) - len(r.failures)}/{len(r.checks)}", f"{r.wall_s:.1f}", failed)
+    bad = sum(not r.ok for r in results)
+    return Group(table, Text(f"{len(results) - bad} of {len(results)} problem x world checks passed", style="red" if bad else "green"))

@@ -1,25 +1,119 @@
-"""Everything one run is asked to do."""
+"""Everything one run (or one evaluation) is asked to do, checked against the problem.
+
+``harness_config(problem, ...)`` is the harness's orders for a loaded problem: a world size or a
+size name the problem does not define is a UserError. ``SandboxSettings`` says where candidates
+run and how many GPUs that takes (``sandbox.gpu_pool.gpus_needed``, the one place GPUs are
+counted). ``RunConfig`` is what an agent run records in its ``config.json``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agent.budget import Budget
+from agent.errors import UserError
+from sandbox.gpu_pool import gpus_needed
 from sandbox.harness.config import HarnessConfig
+
+if TYPE_CHECKING:
+    from problems.spec import Problem
+
+RunMode = Literal["loop", "single"]
+
+
+def check_world_size(problem: Problem, world: int) -> None:
+    """``world`` must be one the problem declares, or 1 (single-GPU timing)."""
+    if world not in (1, *problem.spec.world_sizes):
+        raise UserError(f"{problem.name} is defined for world sizes {', '.join(map(str, problem.spec.world_sizes))} (and 1 for "
+                        f"single-GPU timing), not {world}")
+
+
+def harness_config(problem: Problem, **fields: Any) -> HarnessConfig:
+    """The harness's orders for ``problem`` (a loaded Problem), ``fields`` being HarnessConfig's
+    (world, device, size, trials, ...). Suite problems go by name, others (ParallelKernelBench's)
+    by their ``ref``, which the harness and its ranks load again. A world size or a ``size`` the
+    problem does not define is a UserError."""
+    config = HarnessConfig(problem=problem.name, problem_ref=None if problem.ref.startswith("folder:") else problem.ref, **fields)
+    check_world_size(problem, config.world)
+    if config.size is not None and config.size not in problem.spec.shapes:
+        raise UserError(f"{problem.name} has no size {config.size!r}; it has {', '.join(problem.spec.shapes)}")
+    return config
+
+
+def check_host_gpus(harness: HarnessConfig) -> None:
+    """This machine has the GPUs ``harness`` needs (UserError saying what to do otherwise)."""
+    needed = gpus_needed(harness.device, harness.world)
+    if not needed:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(f"--device {harness.device} needs an NVIDIA GPU and this machine's torch sees none; use --device cpu")
+    if torch.cuda.device_count() < needed:
+        raise UserError(f"--device {harness.device} --world {harness.world} needs {needed} GPUs, this machine has "
+                        f"{torch.cuda.device_count()}; use --device emulate to run {harness.world} ranks on one GPU (correctness only)")
+
+
+class SandboxSettings(BaseModel):
+    """Where candidates are judged."""
+
+    backend: str = Field("local", description="local (subprocess) or docker (container)")
+    gpus: str | None = Field(None, description="GPUs the evaluations may use, e.g. 0,1,2,3 (default: the first they need)")
+    image: str | None = Field(None, description="sandbox image for --sandbox docker (default: kernel-loop-sandbox:latest)")
+
+    def backend_options(self, harness: HarnessConfig) -> dict[str, Any]:
+        """Keyword arguments for ``sandbox.backends.open_sandbox(self.backend, ...)``: ``gpus``
+        limits which GPUs may be used; an evaluation takes as many as ``harness`` needs."""
+        from sandbox.gpu_pool import GpuPool, GpuPoolError, parse_gpu_ids
+
+        try:
+            ids = parse_gpu_ids(self.gpus)
+        except GpuPoolError as error:
+            raise UserError(str(error)) from None
+        needed = gpus_needed(harness.device, harness.world)
+        if ids and needed > len(ids):
+            raise UserError(f"--device {harness.device} --world {harness.world} needs {needed} GPUs; --gpus {self.gpus} gives {len(ids)}")
+        if self.backend == "local":
+            if self.image:
+                raise UserError("--image applies to --sandbox docker only")
+            return {"env": {"CUDA_VISIBLE_DEVICES": ",".join(ids)}} if ids else {}
+        if self.backend != "docker":
+            return {}
+        options: dict[str, Any] = {"image": self.image} if self.image else {}
+        if needed:
+            options.update(gpu_pool=GpuPool(ids), gpu_count=needed) if ids else options.update(gpu_count=needed)
+        return options
 
 
 class RunConfig(BaseModel):
+    """One agent run. ``mode="single"`` is a one-step budget."""
+
     problem: str
     model: str = Field(description="provider:model, e.g. openai:gpt-5, anthropic:claude-sonnet-4-5, scripted:demo")
     model_options: dict[str, Any] = Field(default_factory=dict)
-    mode: Literal["loop", "single"] = "loop"
+    mode: RunMode = Field("loop", description="loop: revise with feedback; single: one answer")
     budget: Budget = Field(default_factory=Budget)
     target_speedup: float | None = Field(None, description="stop once a correct solution is this much faster")
     harness: HarnessConfig
-    sandbox: str = "local"
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     out: Path = Path("runs")
     examples: bool = Field(True, description="show oracle solutions of other problems as in-context examples (where there are some)")
     cheat_sheet: bool = Field(True, description="include the multi-GPU cheat sheet in the task prompt (GPU runs); off for zero-shot runs")
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _backend_name(cls, value: Any) -> Any:
+        return {"backend": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _single_is_one_step(self) -> RunConfig:
+        if self.mode == "single" and self.budget.steps != 1:
+            self.budget = self.budget.model_copy(update={"steps": 1})
+        return self
+
+    @property
+    def gpus_needed(self) -> int:
+        return gpus_needed(self.harness.device, self.harness.world)

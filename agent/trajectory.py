@@ -1,8 +1,9 @@
-"""A run's folder and its trajectory, saved atomically after every step.
+"""A run's folder: its trajectory, saved atomically after every step, its step files and its
+event log.
 
 The trajectory is mini-swe-agent's format (``messages`` + ``info``, the last message
-``role: "exit"``, ``trajectory_format: "mini-swe-agent-1"``), so its inspector opens it; our
-per-step data rides in each message's ``extra``.
+``role: "exit"``, ``trajectory_format: "mini-swe-agent-1"``), so its inspector opens it; each
+message is a serialised :class:`agent.providers.Message`, our per-step data in its ``extra``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from agent import __version__
+from agent.providers import Message
 
 FORMAT = "mini-swe-agent-1"
 
@@ -47,22 +53,19 @@ def new_run_folder(out: Path, problem: str, model: str) -> Path:
     return folder
 
 
+def message_record(message: Message) -> dict[str, Any]:
+    """A message as the trajectory keeps it: its fields that are set, ``extra`` when there is one."""
+    return message.model_dump(mode="json", exclude_none=True, exclude={"extra"} if not message.extra else None)
+
+
 class Trajectory:
     def __init__(self, folder: Path, info: dict[str, Any]):
         self.folder = folder
         self.path = folder / "trajectory.json"
-        self.messages: list[dict[str, Any]] = []
         self.info: dict[str, Any] = {"kloop_version": __version__, **info}
 
-    def add(self, role: str, content: str, **extra: Any) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": role, "content": content}
-        if extra:
-            message["extra"] = extra
-        self.messages.append(message)
-        return message
-
-    def save(self) -> None:
-        data = {"info": self.info, "messages": self.messages, "trajectory_format": FORMAT}
+    def save(self, messages: list[Message]) -> None:
+        data = {"info": self.info, "messages": [message_record(m) for m in messages], "trajectory_format": FORMAT}
         atomic_write(self.path, json.dumps(data, indent=2, default=str))
 
     def write_file(self, relative: str, text: str) -> Path:
@@ -70,3 +73,11 @@ class Trajectory:
         path = self.folder / relative
         atomic_write(path, text)
         return path
+
+    @contextmanager
+    def event_log(self, **bound: Any) -> Iterator[Any]:
+        """A structlog logger writing JSON lines to ``events.jsonl`` (appended; closed on exit)."""
+        with (self.folder / "events.jsonl").open("a", buffering=1) as events:
+            yield structlog.wrap_logger(structlog.WriteLogger(events), processors=[
+                structlog.processors.TimeStamper(fmt="iso"), structlog.processors.add_log_level, structlog.processors.JSONRenderer(),
+            ]).bind(**bound)

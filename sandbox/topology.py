@@ -7,6 +7,7 @@ GB/s (1e9 bytes/s).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from sandbox.report import Roofline
 from sandbox.topology_measure import HostMeasurement, cached_measurement
 
 if TYPE_CHECKING:
-    from problems.spec import Cost
+    from problems.spec import Cost, Problem
 
 
 class Topology(BaseModel):
@@ -107,3 +108,40 @@ def roofline_for(topo: Topology, cost: Cost) -> Roofline | None:
     if not (cost.comm_bytes or cost.flops or cost.hbm_bytes):
         return None
     return roofline(topo, cost.comm_bytes, cost.flops, cost.hbm_bytes)
+
+
+class UnknownGpu(ValueError):
+    """A GPU model with no datasheet here; the message lists the known ones."""
+
+
+class ProblemRoofline(BaseModel):
+    """The fastest a solution of a problem could run: default size, largest declared world size."""
+
+    ms: float
+    limiter: str
+    world: int
+    gpu: str
+
+
+def problem_rooflines(problems: Iterable[Problem], gpu_name: str | None = None) -> dict[str, ProblemRoofline | None]:
+    """Each problem's roofline (None without a cost model) on ``gpu_name``'s datasheet, else on
+    this host (measured where it has been); each world size's topology is made once."""
+    topologies: dict[int, Topology] = {}
+    rooflines: dict[str, ProblemRoofline | None] = {}
+    for problem in problems:
+        world = max(problem.spec.world_sizes)
+        if world not in topologies:
+            topologies[world] = _named_or_host_topology(world, gpu_name)
+        bound = roofline_for(topologies[world], problem.cost_at(world))
+        rooflines[problem.name] = None if bound is None else ProblemRoofline(
+            ms=round(bound.bound_ms, 6), limiter=bound.limiter, world=world, gpu=topologies[world].gpu_name)
+    return rooflines
+
+
+def _named_or_host_topology(world: int, gpu_name: str | None) -> Topology:
+    if not gpu_name:
+        return host_topology(world)
+    topo = datasheet_topology(gpu_name, world)
+    if topo is None:
+        raise UnknownGpu(f"no datasheet for GPU {gpu_name!r}; known: {', '.join(DATASHEET)}")
+    return topo

@@ -131,20 +131,23 @@ def anthropic_message(content: list[dict] | None = None, model: str = "claude-so
 
 class LocalServer:
     """A real HTTP server on 127.0.0.1 that plays a script of (delay_s, status, body) replies;
-    the last one repeats. A client that gave up on a slow reply is fine."""
+    the last one repeats, and keeps each request's path and JSON body. A client that gave up on a
+    slow reply is fine."""
 
     def __init__(self, *replies: tuple[float, int, Any]):
         self.replies = list(replies)
         self.paths: list[str] = []
+        self.bodies: list[Any] = []
         self.lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("content-length") or 0)
-                self.rfile.read(length)
+                body = self.rfile.read(length)
                 with server.lock:
                     server.paths.append(self.path)
+                    server.bodies.append(json.loads(body) if body else None)
                     delay, status, body = server.replies[min(len(server.paths), len(server.replies)) - 1]
                 time.sleep(delay)
                 payload = json.dumps(body).encode()

@@ -6,8 +6,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+import psutil
 import pytest
 
 from agent.budget import Budget
@@ -20,7 +20,8 @@ from agent.session import EvaluationSession
 from agent.trajectory import Trajectory
 from problems import get_problem
 from sandbox.harness.config import HarnessConfig
-from tests.providers_http import LocalServer, fast_policy, openai_completion
+from sandbox.report import EvalReport
+from tests.providers_http import LocalServer, anthropic_message, fast_policy, openai_completion
 
 CORRECT = '''```python
 import torch
@@ -40,7 +41,7 @@ def run_agent(tmp_path, model, steps=3, **overrides):
     config = RunConfig(problem="all_reduce", model=getattr(model, "spec", "test"), harness=harness, **overrides)
     trajectory = Trajectory(tmp_path, info={"config": config.model_dump(mode="json")})
     records = []
-    with EvaluationSession("local", harness) as session:
+    with EvaluationSession(harness) as session:
         agent = Agent(model, get_problem("all_reduce"), config, session.evaluate, trajectory, on_step=records.append)
         status = agent.run()
     return status, agent, records, json.loads((tmp_path / "trajectory.json").read_text())
@@ -61,22 +62,47 @@ def test_scripted_model_fixes_its_solution_from_feedback(tmp_path):
         report = json.loads((tmp_path / f"steps/00{step}/report.json").read_text())
         assert report["status"] == ["wrong", "correct"][step - 1]
         assert (tmp_path / f"steps/00{step}/solution.py").exists()
-    assert (tmp_path / "best/solution.py").read_text() == agent.best["source"]
+    assert (tmp_path / "best/solution.py").read_text() == agent.best.source
     events = [json.loads(line)["event"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert events[0] == "run_started" and events[-1] == "run_finished" and events.count("evaluated") == 2
 
 
-def test_single_mode_stops_after_one_answer(tmp_path):
-    status, _, records, data = run_agent(tmp_path, make_model("scripted:demo"), mode="single")
-    assert status == "Submitted" and len(records) == 1
+def test_single_mode_is_a_one_step_budget(tmp_path):
+    status, agent, records, data = run_agent(tmp_path, make_model("scripted:demo"), mode="single")
+    assert agent.config.budget.steps == 1 and "1 step" in data["messages"][1]["content"]
+    assert status == "LimitsExceeded" and len(records) == 1 and agent.spend.steps == 1
     assert data["messages"][-1]["role"] == "exit"
+
+
+def test_the_conversation_keeps_thinking_blocks_and_the_event_log_is_closed(tmp_path):
+    """The second call sends the first answer back with its signed thinking block (Anthropic
+    refuses a tool-use turn without it); the trajectory keeps the thinking; events.jsonl is closed."""
+    thinking = {"type": "thinking", "thinking": "Reduce in fp32, then cast back.", "signature": "sig=="}
+    answer = [thinking, {"type": "text", "text": CORRECT}]
+    harness = HarnessConfig(problem="all_reduce", world=2, device="cpu")
+    config = RunConfig(problem="all_reduce", model="anthropic:claude-sonnet-4-5", harness=harness, budget=Budget(steps=2))
+
+    def evaluate(source: str, step: int) -> EvalReport:
+        return EvalReport(status="wrong", message="off by one", problem="all_reduce", world=2, device="cpu", dtype="bfloat16", size="small")
+
+    with LocalServer((0, 200, anthropic_message(answer))) as server:
+        model = make_model("anthropic:claude-sonnet-4-5", api_key="sk-ant-test", base_url=server.url)
+        agent = Agent(model, get_problem("all_reduce"), config, evaluate, Trajectory(tmp_path, info={}))
+        agent.run()
+    assert [m.role for m in agent.messages] == ["system", "user", "assistant", "user", "assistant", "user", "exit"]
+    assert agent.messages[2].thinking_blocks == [thinking] and agent.messages[2].thinking == thinking["thinking"]
+    assert server.bodies[1]["messages"][1] == {"role": "assistant", "content": answer}
+    saved = json.loads((tmp_path / "trajectory.json").read_text())["messages"][2]
+    assert saved["thinking"] == thinking["thinking"] and saved["thinking_blocks"] == [thinking]
+    assert not [f.path for f in psutil.Process().open_files() if f.path.endswith("events.jsonl")]
+    assert json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])["event"] == "run_finished"
 
 
 def test_target_speedup_ends_the_run(tmp_path):
     harness = HarnessConfig(problem="all_reduce", world=2, device="cpu", allow_nccl=True, trials=2, warmup=2, iterations=10)
     config = RunConfig(problem="all_reduce", model="scripted:demo", harness=harness, budget=Budget(steps=3), target_speedup=0.01)
     trajectory = Trajectory(tmp_path, info={})
-    with EvaluationSession("local", harness) as session:
+    with EvaluationSession(harness) as session:
         agent = Agent(make_model("scripted:demo"), get_problem("all_reduce"), config, session.evaluate, trajectory)
         assert agent.run() == "Submitted"
     assert agent.spend.steps == 2

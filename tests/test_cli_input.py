@@ -29,3 +29,19 @@ def test_eval_gives_the_same_size_message(tmp_path):
     result = kloop("eval", "all_reduce", str(solution), "--size", "bogus", "--device", "cpu")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "all_reduce has no size 'bogus'; it has " in result.stderr
+
+
+def test_run_budget_options_are_one_group_and_checked():
+    help_text = kloop("run", "--help").stdout
+    budget_panel = help_text[help_text.index("Budget"):]
+    assert all(flag in budget_panel for flag in ("--steps", "--max-tokens", "--max-cost", "--max-wall"))
+    result = kloop("run", "all_reduce", "--model", "scripted:demo", "--steps", "0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--steps: Input should be greater than or equal to 1" in result.stderr
+
+
+def test_cli_import_is_light():
+    """`kloop --help` and `kloop problems` stay fast: no torch or LLM SDK is imported with the CLI."""
+    code = "import sys, agent.cli; print(sorted({'torch', 'openai', 'anthropic'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr

@@ -135,13 +135,18 @@ def test_waiters_are_served_in_order():
 
 
 def test_eval_options_map_gpus_to_a_pool():
-    from agent.cli import UserError
-    from agent.sandbox_cli import sandbox_options
+    from agent.errors import UserError
+    from agent.run_config import SandboxSettings
+    from sandbox.harness.config import HarnessConfig
 
-    options = sandbox_options("docker", "cuda", 2, "0,1,2,3", "img:tag")
-    assert options["image"] == "img:tag" and options["gpu_count"] == 2 and options["gpu_pool"].device_ids == ("0", "1", "2", "3")
-    assert sandbox_options("docker", "emulate", 4, "3", None)["gpu_count"] == 1
-    assert sandbox_options("docker", "cpu", 2, None, None) == {}
-    assert sandbox_options("local", "cuda", 2, "2,3", None) == {"env": {"CUDA_VISIBLE_DEVICES": "2,3"}}
+    def options(backend, device, world, gpus, image):
+        return SandboxSettings(backend=backend, gpus=gpus, image=image).backend_options(
+            HarnessConfig(problem="all_reduce", device=device, world=world))
+
+    picked = options("docker", "cuda", 2, "0,1,2,3", "img:tag")
+    assert picked["image"] == "img:tag" and picked["gpu_count"] == 2 and picked["gpu_pool"].device_ids == ("0", "1", "2", "3")
+    assert options("docker", "emulate", 4, "3", None)["gpu_count"] == 1
+    assert options("docker", "cpu", 2, None, None) == {}
+    assert options("local", "cuda", 2, "2,3", None) == {"env": {"CUDA_VISIBLE_DEVICES": "2,3"}}
     with pytest.raises(UserError, match="needs 4 GPUs"):
-        sandbox_options("docker", "cuda", 4, "0,1", None)
+        options("docker", "cuda", 4, "0,1", None)

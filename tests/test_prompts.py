@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.budget import Budget, Spend
-from agent.loop import Agent
+from agent.loop import Agent, BestSolution
 from agent.prompting import cheat_sheet, feedback_prompt, system_prompt, task_prompt
 from agent.providers import make_model
 from agent.run_config import RunConfig
@@ -65,7 +65,7 @@ def test_zero_shot_task_prompt_matches_snapshot():
 
 
 def test_correct_feedback_with_profile_matches_snapshot():
-    text = feedback_prompt(correct_report(), step=3, budget=Budget(steps=10), spend=Spend(steps=3), best={"step": 2, "speedup": 0.5})
+    text = feedback_prompt(correct_report(), step=3, budget=Budget(steps=10), spend=Spend(steps=3), best=BestSolution(step=2, speedup=0.5, status="correct", source=""))
     check_golden("feedback_correct_w8.md", text)
 
 
@@ -113,7 +113,7 @@ def test_run_config_switches_the_cheat_sheet(tmp_path, cheat_sheet_on):
     agent = Agent(make_model("scripted:demo"), get_problem("all_reduce"), config, evaluate, Trajectory(tmp_path, info={}),
                   task_context={"hardware": fake_topology(4)})
     agent.run()
-    task = agent.trajectory.messages[1]["content"]
+    task = agent.messages[1].content
     assert ("Multi-GPU kernel cheat sheet" in task) is cheat_sheet_on
     assert "Emulation: all 4 ranks share one NVIDIA H200" in task
 

@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Role = Literal["system", "user", "assistant", "tool"]
+Role = Literal["system", "user", "assistant", "tool", "exit"]
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error"]
 
 
@@ -25,15 +25,20 @@ class ToolCall(BaseModel):
 
 
 class Message(BaseModel):
-    """One chat message. ``tool_calls`` only on assistant messages, ``tool_call_id`` only on
-    tool results. ``thinking_blocks`` are opaque provider blocks (Anthropic thinking with its
-    signature) that must go back verbatim with the assistant turn they came from."""
+    """One message of a conversation. ``tool_calls`` only on assistant messages, ``tool_call_id``
+    only on tool results. ``thinking_blocks`` are opaque provider blocks (Anthropic thinking with
+    its signature) that must go back verbatim with the assistant turn they came from; ``thinking``
+    is the readable reasoning, kept for people (never sent back). ``extra`` is what the agent
+    records about a message (step, usage, verdict, ...), never sent to a model. An ``exit``
+    message ends a finished run's conversation (mini-swe-agent's convention); it is never sent."""
 
     role: Role
     content: str = ""
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     thinking_blocks: list[dict[str, Any]] | None = None
+    thinking: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
 
 
 class ToolSpec(BaseModel):
@@ -75,10 +80,10 @@ class ModelResponse(BaseModel):
     thinking: str | None = None
     thinking_blocks: list[dict[str, Any]] | None = None
 
-    def to_message(self) -> Message:
+    def to_message(self, **extra: Any) -> Message:
         """The assistant message to append to the conversation for the next turn."""
         return Message(role="assistant", content=self.text, tool_calls=list(self.tool_calls) or None,
-                       thinking_blocks=self.thinking_blocks)
+                       thinking_blocks=self.thinking_blocks, thinking=self.thinking, extra=extra)
 
 
 @runtime_checkable

@@ -86,6 +86,7 @@ class NetworkModel:
 
     def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None) -> ModelResponse:
         messages = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+        messages = [m for m in messages if m.role != "exit"]
         tools = [t if isinstance(t, ToolSpec) else ToolSpec.model_validate(t) for t in tools] if tools else None
         limiter = self._limiter()
         started = time.monotonic()

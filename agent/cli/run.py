@@ -1,0 +1,115 @@
+"""``kloop run``: a model writes a solution, the harness judges it, the model revises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.budget import Budget
+from agent.cli.common import (AllowNccl, CheatSheet, Device, DeviceOption, Examples, PkbRoot, ProblemName, Size, Trials, World, choices,
+                              console, errors, load_problem, options_from, sandbox_errors, sandbox_options)
+from agent.errors import UserError
+from agent.run_config import RunMode, SandboxSettings
+
+Mode = choices("Mode", RunMode)
+BUDGET = "Budget"
+
+
+@options_from("budget", Budget, BUDGET, {"max_cost_usd": "--max-cost", "max_wall_s": "--max-wall"})
+@sandbox_options
+def command(
+    problem_name: ProblemName,
+    model: Annotated[str, typer.Option("--model", "-m", show_default=False,
+                                       help="provider:model (openai:, anthropic:, together:, vllm:, ..., scripted:demo)")],
+    model_option: Annotated[list[str], typer.Option("--model-option", "-o", help="provider option KEY=VALUE (e.g. reasoning_effort=high)")] = [],
+    mode: Annotated[Mode, typer.Option(help="loop: revise with feedback; single: one answer")] = Mode.loop,  # type: ignore[valid-type]
+    out: Annotated[Path, typer.Option(help="runs are written under this folder")] = Path("runs"),
+    world: World = 2,
+    device: DeviceOption = Device.cpu,
+    size: Size = None,
+    trials: Trials = 5,
+    allow_nccl: AllowNccl = False,
+    target_speedup: Annotated[float | None, typer.Option(help="stop once a correct solution is this much faster",
+                                                            rich_help_panel=BUDGET)] = None,
+    examples: Examples = True,
+    cheat_sheet: CheatSheet = True,
+    pkb_root: PkbRoot = None,
+    *,
+    budget: Budget,
+    sandbox: SandboxSettings,
+) -> None:
+    """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
+    from agent.loop import Agent
+    from agent.render import step_line
+    from agent.run_config import RunConfig, check_host_gpus, harness_config
+    from agent.session import EvaluationSession
+    from agent.trajectory import Trajectory, new_run_folder
+
+    problem = load_problem(problem_name, pkb_root)
+    harness = harness_config(problem, world=world, device=device.value, size=size, trials=trials, allow_nccl=allow_nccl)
+    check_host_gpus(harness)
+    options = parse_model_options(model_option)
+    llm = build_model(model, options)
+    config = RunConfig(problem=problem_name, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
+                       budget=budget, harness=harness, sandbox=sandbox, out=out, examples=examples, cheat_sheet=cheat_sheet)
+    with sandbox_errors():
+        session = EvaluationSession(harness, sandbox)  # made (settings checked) now, started below
+    if harness.device == "cuda":
+        ensure_topology()
+    folder = new_run_folder(out, problem.name, model)
+    trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json")})
+    trajectory.write_file("config.json", config.model_dump_json(indent=2))
+    console.print(f"[bold]{problem_name}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; run folder {folder}")
+    with sandbox_errors(), session:
+        agent = Agent(llm, problem, config, session.evaluate, trajectory,
+                      on_step=lambda record: console.print(step_line(record, config.budget.steps), highlight=False))
+        with console.status("working (model call, then evaluation)...", spinner="dots"):
+            exit_status = agent.run()
+    spend = agent.spend
+    cost = f"${spend.known_cost_usd:.3f}" if spend.known_cost_usd is not None else "unknown (no price for this model)"
+    console.print(f"\n[bold]{exit_status}[/]: {agent.messages[-1].content}")
+    console.print(f"{spend.steps} model calls, {spend.input_tokens} input + {spend.output_tokens} output tokens, cost {cost}, "
+                  f"{spend.wall_s:.0f} s")
+    if agent.best:
+        console.print(f"best solution: {folder / 'best' / 'solution.py'}")
+    console.print(f"trajectory: {trajectory.path}")
+    raise typer.Exit(0 if agent.best else 1)
+
+
+def parse_model_options(pairs: list[str]) -> dict:
+    """``["reasoning_effort=high", "thinking_budget_tokens=8000"]`` -> typed dict (YAML scalars)."""
+    import yaml
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--model-option takes KEY=VALUE, got {pair!r}")
+        options[key.strip()] = yaml.safe_load(value)
+    return options
+
+
+def build_model(spec: str, options: dict):
+    from agent.providers import InvalidModelSpec, MissingApiKey, make_model
+
+    try:
+        return make_model(spec, **options)
+    except (InvalidModelSpec, MissingApiKey) as error:
+        raise UserError(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - e.g. a missing script file: one line, not a traceback
+        raise UserError(f"cannot create model {spec!r}: {error}") from None
+
+
+def ensure_topology() -> None:
+    """Measure this host once (cached) before a GPU run, so its prompt and rooflines use measured rates."""
+    from sandbox.topology_measure import TopologyUnavailable, cached_measurement, measure_host
+
+    if cached_measurement() is not None:
+        return
+    try:
+        with console.status("measuring this host's GPUs and links once (cached for later runs)...", spinner="dots"):
+            measure_host()
+    except TopologyUnavailable as error:
+        errors.print(f"[yellow]note:[/] {error}; using datasheet rates", highlight=False)
