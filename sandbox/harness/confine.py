@@ -15,7 +15,6 @@ The Docker backend adds a container around all of this.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 import sys
@@ -23,101 +22,27 @@ from pathlib import Path
 
 import structlog
 
+from sandbox.jail import kernel, landlock
+
 log = structlog.get_logger(__name__)
-
-_SYS_LANDLOCK_CREATE_RULESET = 444
-_SYS_LANDLOCK_ADD_RULE = 445
-_SYS_LANDLOCK_RESTRICT_SELF = 446
-_LANDLOCK_CREATE_RULESET_VERSION = 1
-_LANDLOCK_RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_DUMPABLE = 4
-
-_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_REMOVE_DIR, _REMOVE_FILE, _MAKE_CHAR, _MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
-_MAKE_REG, _MAKE_SOCK, _MAKE_FIFO, _MAKE_BLOCK, _MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
-_REFER, _TRUNCATE, _IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
-_SCOPE_SIGNAL = 1 << 1
-
-_READ = _EXECUTE | _READ_FILE | _READ_DIR
-_FILE_ONLY = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 where there is none."""
-    if sys.platform != "linux":
-        return 0
-    version = _libc().syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), _LANDLOCK_CREATE_RULESET_VERSION)
-    return max(int(version), 0)
-
-
-def _handled_fs(abi: int) -> int:
-    rights = _READ | _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_CHAR | _MAKE_DIR | _MAKE_REG
-    rights |= _MAKE_SOCK | _MAKE_FIFO | _MAKE_BLOCK | _MAKE_SYM
-    if abi >= 2:
-        rights |= _REFER
-    if abi >= 3:
-        rights |= _TRUNCATE
-    if abi >= 5:
-        rights |= _IOCTL_DEV
-    return rights
+    return landlock.abi()
 
 
 def apply_landlock(read_paths: list[str], write_paths: list[str]) -> int:
     """Restrict this process (and its future children) to reading ``read_paths`` and writing
-    under ``write_paths``. Returns the ABI used, 0 if the kernel has no Landlock."""
-    abi = landlock_abi()
-    if abi < 1:
-        return 0
-    libc = _libc()
-    handled = _handled_fs(abi)
-    attr = _RulesetAttr(handled, 0, _SCOPE_SIGNAL if abi >= 6 else 0)
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 8
-    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
-    if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
-    try:
-        rules = [(p, _READ & handled) for p in read_paths] + [(p, handled) for p in write_paths]
-        for path, access in rules:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                if not os.path.isdir(path):
-                    access &= _FILE_ONLY
-                rule = _PathBeneathAttr(access, fd)
-                if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0) < 0:
-                    raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
-            finally:
-                os.close(fd)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) < 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
-    finally:
-        os.close(ruleset)
-    return abi
+    under ``write_paths``; signals only inside the domain. Returns the ABI used, 0 if the kernel
+    has no Landlock. (The Landlock code lives in sandbox.jail.landlock.)"""
+    return landlock.abi() if landlock.restrict(read_paths, write_paths, scope_abstract_unix=False) else 0
 
 
 def set_non_dumpable() -> None:
     """Make /proc/<pid>/{fd,mem,environ} of this process unreachable to other processes of
     the same user (the candidate runs as the same user in the local backend)."""
     if sys.platform == "linux":
-        _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        kernel.prctl(kernel.PR_SET_DUMPABLE, 0)
 
 
 def system_read_paths() -> list[str]:

@@ -1,0 +1,292 @@
+"""The jail's init: ``python -S -B -P -m sandbox.jail CONFIG_FD CONTROL_FD STATUS_FD``.
+
+Three trusted processes, stdlib only, then the hostile tree:
+- the keeper (the caller's child): creates the namespaces (a user namespace first when not
+  root), hands the work dir to the tree's uid, forks the supervisor and kills it when the
+  control pipe closes (the caller ended the jail, or died). Without a PID namespace it holds
+  a Landlock signal scope and is the tree's subreaper, and ends the tree with kill(-1, SIGKILL),
+  which that scope limits to its own descendants.
+- the supervisor: PID 1 of the jail's PID namespace (when there is one); sets up the mounts
+  (sandbox.jail.mounts) and loopback, forks the payload, reports what held, reaps every
+  process, and exits when the payload exits: the kernel then kills the rest of the namespace.
+- the payload: its own session, rlimits, privileges dropped (uid, groups, every capability
+  set), no_new_privs, seccomp, Landlock, then exec of argv with the caller's environment.
+Every step that fails is left out of the measures; the caller reads them, and the gaps.
+STATUS_FD gets JSON lines: {"event": "started", "measures": [...]} or {"event": "failed",
+"error": "..."}, then {"event": "exit", "returncode": n} (negative: killed by that signal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import time
+
+from sandbox.jail import kernel, landlock, mounts, seccomp
+
+_NAMESPACES = ((kernel.CLONE_NEWPID, "pid-namespace"), (kernel.CLONE_NEWNS, "mount-namespace"),
+               (kernel.CLONE_NEWNET, "net-namespace"), (kernel.CLONE_NEWIPC, "ipc-namespace"))
+_RLIMITS = {"core": resource.RLIMIT_CORE, "nofile": resource.RLIMIT_NOFILE, "fsize": resource.RLIMIT_FSIZE,
+            "nproc": resource.RLIMIT_NPROC}
+
+
+def _send(fd: int, **event) -> None:
+    event = {key: value[:2000] if isinstance(value, str) else value for key, value in event.items()}
+    try:
+        os.write(fd, (json.dumps(event) + "\n").encode())
+    except OSError:
+        pass  # the caller is gone; the jail ends with it
+
+
+def _exit_code(returncode: int) -> int:
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _detach_stdio_and_passed_fds(config: dict) -> None:
+    """Trusted processes keep no copy of the tree's stdio or passed fds (the caller must see EOF
+    when the tree is gone)."""
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    for fd in config["pass_fds"]:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------------- keeper
+def main(args: list[str]) -> int:
+    config_fd, control_fd, status_fd = (int(a) for a in args)
+    with os.fdopen(config_fd, "rb") as handle:
+        config = json.loads(handle.read())
+    for fd in (control_fd, status_fd):
+        os.set_inheritable(fd, False)
+    try:
+        measures = _enter_namespaces(config)
+        if config["root"] and config["uid"] != 0:
+            _hand_over(config["workdir"], config["uid"], config["gid"])
+        scoped = False
+        if "pid-namespace" not in measures:
+            scoped = landlock.scope_signals_only()
+            if scoped:
+                measures.append("scoped-kill")
+            kernel.prctl(kernel.PR_SET_CHILD_SUBREAPER, 1)
+    except Exception as error:  # noqa: BLE001 - reported to the caller, who raises JailError
+        _send(status_fd, event="failed", error=f"jail set-up failed: {type(error).__name__}: {error}")
+        return 1
+    alive_r, alive_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(alive_w)
+        code = 1
+        try:
+            code = _supervise(config, measures, status_fd, alive_r)
+        except BaseException as error:  # noqa: BLE001
+            _send(status_fd, event="failed", error=f"jail set-up failed: {type(error).__name__}: {error}")
+        os._exit(code)
+    os.close(alive_r)
+    os.close(status_fd)
+    _detach_stdio_and_passed_fds(config)
+    status = _keep(pid, control_fd)
+    if "pid-namespace" not in measures:
+        _end_tree(scoped)
+    if os.WIFSIGNALED(status):  # die the same way, so that the caller sees the signal
+        if os.WTERMSIG(status) != signal.SIGKILL:
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    return os.waitstatus_to_exitcode(status)
+
+
+def _enter_namespaces(config: dict) -> list[str]:
+    measures = []
+    if not config["root"]:
+        try:
+            kernel.unshare(kernel.CLONE_NEWUSER)
+        except OSError:
+            return []  # e.g. Docker's seccomp profile: no namespaces at all
+        with open("/proc/self/setgroups", "w") as handle:
+            handle.write("deny")
+        with open("/proc/self/uid_map", "w") as handle:
+            handle.write(f"{config['uid']} {config['uid']} 1")
+        with open("/proc/self/gid_map", "w") as handle:
+            handle.write(f"{config['gid']} {config['gid']} 1")
+        measures.append("user-namespace")
+    try:
+        kernel.unshare(sum(flag for flag, _ in _NAMESPACES))
+        return measures + [name for _, name in _NAMESPACES]
+    except OSError:
+        for flag, name in _NAMESPACES:
+            try:
+                kernel.unshare(flag)
+                measures.append(name)
+            except OSError:
+                pass
+    return measures
+
+
+def _hand_over(workdir: str, uid: int, gid: int) -> None:
+    """The work dir (made by the trusted caller) becomes the tree's."""
+    os.chown(workdir, uid, gid)
+    for top, dirs, files in os.walk(workdir):
+        for name in dirs + files:
+            os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
+
+
+def _keep(pid: int, control_fd: int) -> int:
+    """Wait for the supervisor; kill it when the control pipe closes or on SIGTERM/SIGINT/SIGHUP."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)
+    pidfd = os.pidfd_open(pid)
+    poller = select.poll()
+    for fd in (control_fd, wake_r, pidfd):
+        poller.register(fd, select.POLLIN)
+    while True:
+        ready = dict(poller.poll())
+        if pidfd in ready:
+            break
+        if control_fd in ready or wake_r in ready:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            poller.unregister(control_fd)
+            poller.unregister(wake_r)
+    return os.waitpid(pid, 0)[1]
+
+
+def _reap() -> bool:
+    """Reap whatever has exited; False once this process has no child left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def _end_tree(scoped: bool) -> None:
+    """Without a PID namespace: kill every process of the tree. Under the Landlock signal scope,
+    kill(-1) reaches this process's descendants (however they forked or left their session)
+    and nothing else; the tree's orphans come here (subreaper) to be reaped."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if scoped:
+            os.kill(-1, signal.SIGKILL)
+        if not _reap():
+            return
+        time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------- supervisor
+def _supervise(config: dict, measures: list[str], status_fd: int, alive_r: int) -> int:
+    kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if select.select([alive_r], [], [], 0)[0]:
+        return 1  # the keeper died before the line above
+    os.close(alive_r)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # PID 1 ignores signals it has no handler for
+    pid_namespace = "pid-namespace" in measures
+    if "mount-namespace" in measures:
+        measures += mounts.prepare(config, mount_proc=pid_namespace)
+    if "net-namespace" in measures and config["network"] == "loopback":
+        kernel.loopback_up()
+        measures.append("loopback-only")
+    if not pid_namespace:
+        kernel.prctl(kernel.PR_SET_CHILD_SUBREAPER, 1)
+    kernel.prctl(kernel.PR_SET_DUMPABLE, 0)
+    report_r, report_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(report_r)
+        _run_payload(config, measures, report_w)
+    os.close(report_w)
+    _detach_stdio_and_passed_fds(config)
+    with os.fdopen(report_r, "rb") as handle:
+        lines = handle.read().decode(errors="replace").splitlines()
+    report = json.loads(lines[-1]) if lines else {"error": "the payload died during set-up"}
+    if "error" in report:
+        _send(status_fd, event="failed", error=report["error"])
+    else:
+        _send(status_fd, event="started", measures=report["measures"])
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            break
+    returncode = os.waitstatus_to_exitcode(status)
+    if "error" not in report:
+        _send(status_fd, event="exit", returncode=returncode)
+    return _exit_code(returncode)
+
+
+# ---------------------------------------------------------------------- payload
+def _run_payload(config: dict, measures: list[str], report_fd: int) -> None:
+    try:
+        os.setsid()
+        measures.append("own-session")
+        workdir = config["workdir"]
+        os.chdir(workdir)
+        _set_rlimits(config["rlimits"])
+        measures.append("rlimits")
+        _drop_privileges(config, measures)
+        kernel.set_no_new_privs()
+        measures.append("no-new-privs")
+        if seccomp.install():
+            measures.append("seccomp")
+        private_tmp = "private-tmp" in measures
+        tmpdir = "/tmp" if private_tmp else os.path.join(workdir, ".tmp")
+        os.makedirs(tmpdir, exist_ok=True)
+        write = [workdir, "/dev/shm"] + (["/tmp"] if private_tmp else [])
+        measures += landlock.restrict(read=config["read"], write=write, devices=config["devices"],
+                                      deny_tcp=config["network"] == "none")
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", **config["env"], "HOME": workdir, "TMPDIR": tmpdir}
+        _close_fds(keep=[*config["pass_fds"], report_fd])
+        for fd in config["pass_fds"]:
+            os.set_inheritable(fd, True)
+        os.write(report_fd, (json.dumps({"measures": measures}) + "\n").encode())
+    except BaseException as error:  # noqa: BLE001 - everything goes back as a message
+        _send(report_fd, error=f"jail set-up failed: {type(error).__name__}: {error}")
+        os._exit(127)
+    try:
+        os.execvpe(config["argv"][0], config["argv"], env)
+    except OSError as error:
+        _send(report_fd, error=f"cannot execute {config['argv'][0]!r} in the jail: {error.strerror}")
+    os._exit(127)
+
+
+def _set_rlimits(limits: dict[str, int]) -> None:
+    for name, value in limits.items():
+        which = _RLIMITS[name]
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):  # above a hard limit this process may not raise
+            hard = resource.getrlimit(which)[1]
+            soft = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (soft, soft))
+
+
+def _drop_privileges(config: dict, measures: list[str]) -> None:
+    uid, gid = config["uid"], config["gid"]
+    kernel.drop_capability_bounds()
+    if config["root"]:
+        os.setgroups([])
+    if os.getresgid() != (gid, gid, gid):
+        os.setresgid(gid, gid, gid)
+    if os.getresuid() != (uid, uid, uid):
+        os.setresuid(uid, uid, uid)
+    kernel.clear_capabilities()
+    if kernel.capabilities_empty():
+        measures.append("caps-dropped")
+    measures.append(f"user:{os.getuid()}")
+
+
+def _close_fds(keep: list[int]) -> None:
+    low = 3
+    for fd in sorted(set(keep)):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))

@@ -1,0 +1,61 @@
+"""What a jailed tree may read and open besides its work dir, private /tmp and /dev/shm.
+
+Computed by the parent (which knows its Python's paths), applied by the jail's init:
+system folders (minus credentials in /etc), Python's prefixes and site-packages, CUDA_HOME,
+/proc and /sys (CUDA reads /proc/driver/nvidia, /sys/bus/pci, /proc/self), the caller's
+``readable`` paths; devices: /dev/null, zero, full, random, urandom, and /dev/nvidia* for
+``devices="cuda"``. Nothing of the project's checkout unless the caller lists it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import sys
+
+from sandbox.jail.landlock import DEVICE, GPU_DEVICE
+
+SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/proc", "/sys")
+BASIC_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+ETC_SECRETS = re.compile(
+    r"^(g?shadow-?|sudoers(\.d)?|ssh|security|docker|containerd|credstore.*|npmrc|pip\.conf|netrc|wireguard|"
+    r"NetworkManager|openvpn|ipsec\.secrets|ppp|krb5\.keytab)$|secret|token|credential|\.key$",
+    re.IGNORECASE,
+)
+
+
+def etc_entries(etc: str = "/etc") -> list[str]:
+    """Every entry of /etc except those that hold credentials (shadow, sudoers, ssh keys...)."""
+    try:
+        names = sorted(os.listdir(etc))
+    except OSError:
+        return []
+    return [os.path.join(etc, name) for name in names if not ETC_SECRETS.search(name)]
+
+
+def python_paths() -> list[str]:
+    """This Python's prefixes and every site-packages folder on its path."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths |= {entry for entry in sys.path if ("site-packages" in entry or "dist-packages" in entry) and os.path.isdir(entry)}
+    return sorted(paths)
+
+
+def cuda_paths() -> list[str]:
+    candidates = {os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"}
+    return sorted(p for p in candidates if p and os.path.exists(p))
+
+
+def read_paths(readable: tuple[str, ...] = ()) -> list[str]:
+    """Everything the tree may read and execute, each also by its resolved path."""
+    paths = [*SYSTEM_DIRS, *etc_entries(), *python_paths(), *cuda_paths(), *readable]
+    resolved = {os.path.realpath(p) for p in paths}
+    return sorted(p for p in set(paths) | resolved if os.path.exists(p))
+
+
+def device_rights(devices: str) -> dict[str, int]:
+    """Device files the tree may open (path -> Landlock rights)."""
+    rights = {path: DEVICE for path in BASIC_DEVICES if os.path.exists(path)}
+    if devices == "cuda":
+        rights.update({path: GPU_DEVICE for path in sorted(glob.glob("/dev/nvidia*"))})
+    return rights

@@ -1,0 +1,90 @@
+"""What a jail is asked for (JailSpec) and what its init is handed (a JSON config)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from sandbox.jail import policy
+
+NOBODY = 65534
+NETWORKS = ("none", "loopback")
+DEVICES = ("none", "cuda")
+# soft = hard limit for the tree; nproc counts every process and thread of the tree's uid
+DEFAULT_RLIMITS = {"core": 0, "nofile": 65536, "fsize": 16 * 2**30, "nproc": 8192}
+
+
+class JailError(Exception):
+    """The jail could not be set up as asked (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class JailSpec:
+    """One hostile process tree's confinement.
+
+    workdir: the only folder the tree may write besides its private /tmp and /dev/shm; its
+      home and current directory. When kloop runs as root it is handed to the tree's uid.
+    readable: further files or folders the tree may read (a rank package, a compile cache).
+    network: "none" (no TCP at all, no interface but a downed loopback) or "loopback"
+      (loopback only: gloo, NCCL bootstrap between the tree's own processes).
+    uid: the tree's uid (and gid) when kloop runs as root (default 65534); as non-root the
+      tree keeps the caller's uid inside a user namespace.
+    env: the tree's whole environment (build it from an allow-list); HOME and TMPDIR are set.
+    rlimits: overrides of DEFAULT_RLIMITS (core, nofile, fsize, nproc; soft = hard).
+    devices: "none", or "cuda" for /dev/nvidia*.
+    """
+
+    workdir: str
+    readable: tuple[str, ...] = ()
+    network: str = "none"
+    uid: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    rlimits: dict[str, int] = field(default_factory=dict)
+    devices: str = "none"
+
+    def __post_init__(self):
+        if self.network not in NETWORKS:
+            raise JailError(f"network must be one of {', '.join(NETWORKS)}, not {self.network!r}")
+        if self.devices not in DEVICES:
+            raise JailError(f"devices must be one of {', '.join(DEVICES)}, not {self.devices!r}")
+        if not os.path.isabs(self.workdir) or not os.path.isdir(self.workdir):
+            raise JailError(f"the jail's workdir must be an existing folder given by its absolute path, not {self.workdir!r}")
+        unknown = set(self.rlimits) - set(DEFAULT_RLIMITS)
+        if unknown:
+            raise JailError(f"unknown rlimits {sorted(unknown)}: known are {', '.join(DEFAULT_RLIMITS)}")
+        if self.uid is not None and os.geteuid() != 0 and self.uid != os.geteuid():
+            raise JailError(f"uid={self.uid} needs kloop to run as root; as uid {os.geteuid()} the tree keeps that uid")
+        object.__setattr__(self, "workdir", os.path.realpath(self.workdir))
+        object.__setattr__(self, "readable", tuple(os.path.abspath(p) for p in self.readable))
+
+    def config(self, argv: list[str], pass_fds: tuple[int, ...]) -> dict:
+        """The init's instructions, with every path resolved here, in the caller's process."""
+        root = os.geteuid() == 0
+        uid = (NOBODY if self.uid is None else self.uid) if root else os.geteuid()
+        return {
+            "argv": list(argv), "workdir": self.workdir, "read": policy.read_paths(self.readable),
+            "devices": policy.device_rights(self.devices), "network": self.network, "root": root, "uid": uid,
+            "gid": uid if root else os.getegid(), "env": dict(self.env), "rlimits": {**DEFAULT_RLIMITS, **self.rlimits},
+            "pass_fds": list(pass_fds),
+        }
+
+
+def gaps(network: str, measures: list[str]) -> list[str]:
+    """What the caller should know did NOT hold, in words."""
+    held = set(measures)
+    found = []
+    if not any(m.startswith("landlock-fs") for m in held):
+        found.append("filesystem: no Landlock; reads and writes are limited by file permissions only")
+    if network == "none" and not held & {"net-namespace", "landlock-net"}:
+        found.append("network: not blocked (no network namespace, no Landlock network rules)")
+    elif network == "none" and "net-namespace" not in held:
+        found.append("network: only TCP is blocked (Landlock); UDP and raw sockets are not")
+    elif network == "loopback" and "net-namespace" not in held:
+        found.append("network: not limited to loopback (no network namespace)")
+    if "mount-namespace" not in held:
+        found.append("unix sockets: a listening socket outside the jail can be connected to by its path (no mount "
+                     "namespace to hide /run and /tmp; Landlock does not cover connect)")
+    if not held & {"pid-namespace", "scoped-kill"}:
+        found.append("processes: a process that leaves the session can outlive the jail (no PID namespace, "
+                     "no Landlock signal scope)")
+    return found
