@@ -124,6 +124,49 @@ def test_file_store_handshake_without_network(tmp_path, mode):
     assert sorted(p.name for p in workdir.glob("rank*.ok")) == ["rank0.ok", "rank1.ok"]
 
 
+UNIX_RANK = """
+    import array, os, socket, sys, time
+    rank = int(sys.argv[1])
+    path, abstract = os.path.join(os.environ["TMPDIR"], "symm_mem-test"), "\\0kloop-nccl-test"
+    if rank == 0:  # as torch symmetric memory (fds over a socket in $TMPDIR) and NCCL (abstract sockets) do
+        servers = []
+        for address in (path, abstract):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(address)
+            server.listen(1)
+            servers.append(server)
+        memfd = os.memfd_create("payload")
+        os.write(memfd, b"shared bytes")
+        connection, _ = servers[0].accept()
+        connection.sendmsg([b"fd"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [memfd]))])
+        servers[1].accept()[0].sendall(b"hello")
+    else:
+        for address in (path, abstract):
+            while True:
+                try:
+                    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    client.connect(address)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            if address == path:
+                _, ancillary, _, _ = client.recvmsg(16, socket.CMSG_SPACE(4))
+                fd = array.array("i", ancillary[0][2])[0]
+                assert os.pread(fd, 64, 0) == b"shared bytes"
+            else:
+                assert client.recv(16) == b"hello"
+    open(f"rank{rank}.ok", "w").close()
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unix_sockets_and_fd_passing_between_the_trees_processes(tmp_path, mode):
+    workdir = _workdir(tmp_path, mode, {"launch.py": LAUNCH, "rank.py": UNIX_RANK})
+    out = _run(mode, workdir, [sys.executable, "launch.py", "2", "rank.py"])
+    assert out["returncode"] == 0, out
+    assert sorted(p.name for p in workdir.glob("rank*.ok")) == ["rank0.ok", "rank1.ok"]
+
+
 FORK_BOMB = """
     import os, time
     while True:
