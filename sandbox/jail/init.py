@@ -72,7 +72,7 @@ def main(args: list[str]) -> int:
             _hand_over(config["workdir"], config["uid"], config["gid"])
         scoped = False
         if "pid-namespace" not in measures:
-            scoped = landlock.scope_signals_only()
+            scoped = _attempt(landlock.scope_signals_only, False)
             if scoped:
                 measures.append("scoped-kill")
             kernel.prctl(kernel.PR_SET_CHILD_SUBREAPER, 1)
@@ -193,8 +193,8 @@ def _supervise(config: dict, measures: list[str], status_fd: int, alive_r: int) 
     if "mount-namespace" in measures:
         measures += mounts.prepare(config, mount_proc=pid_namespace)
     if "net-namespace" in measures and config["network"] == "loopback":
-        kernel.loopback_up()
-        measures.append("loopback-only")
+        if _attempt(kernel.loopback_up, False):
+            measures.append("loopback-only")
     if not pid_namespace:
         kernel.prctl(kernel.PR_SET_CHILD_SUBREAPER, 1)
     kernel.prctl(kernel.PR_SET_DUMPABLE, 0)
@@ -234,14 +234,14 @@ def _run_payload(config: dict, measures: list[str], report_fd: int) -> None:
         _drop_privileges(config, measures)
         kernel.set_no_new_privs()
         measures.append("no-new-privs")
-        if seccomp.install():
-            measures.append("seccomp")
         private_tmp = "private-tmp" in measures
         tmpdir = "/tmp" if private_tmp else os.path.join(workdir, ".tmp")
         os.makedirs(tmpdir, exist_ok=True)
         write = [workdir, "/dev/shm"] + (["/tmp"] if private_tmp else [])
-        measures += landlock.restrict(read=config["read"], write=write, devices=config["devices"],
-                                      deny_tcp=config["network"] == "none")
+        if _attempt(seccomp.install, False):
+            measures.append("seccomp")
+        measures += _attempt(lambda: landlock.restrict(read=config["read"], write=write, devices=config["devices"],
+                                                       deny_tcp=config["network"] == "none"), [])
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", **config["env"], "HOME": workdir, "TMPDIR": tmpdir}
         _close_fds(keep=[*config["pass_fds"], report_fd])
         for fd in config["pass_fds"]:
@@ -255,6 +255,15 @@ def _run_payload(config: dict, measures: list[str], report_fd: int) -> None:
     except OSError as error:
         _send(report_fd, error=f"cannot execute {config['argv'][0]!r} in the jail: {error.strerror}")
     os._exit(127)
+
+
+def _attempt(step, otherwise):
+    """A measure the kernel may refuse (an old kernel, a container's seccomp profile): without it
+    the jail goes on, and the caller sees it missing from the measures."""
+    try:
+        return step()
+    except OSError:
+        return otherwise
 
 
 def _set_rlimits(limits: dict[str, int]) -> None:

@@ -58,9 +58,11 @@ class Jail:
                 pass_fds=(config_fd, control_r, status_w, *pass_fds), env={"PYTHONPATH": PACKAGE_ROOT}, cwd="/",
                 stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True,
             )
-        except BaseException:
+        except BaseException as error:
             os.close(control_w)
             os.close(status_r)
+            if isinstance(error, OSError):
+                raise JailError(f"cannot start the jail's init with {sys.executable}: {error}") from None
             raise
         finally:
             for fd in (config_fd, control_r, status_w):

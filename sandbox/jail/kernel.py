@@ -118,10 +118,11 @@ def capabilities_empty() -> bool:
     return all(int(fields[name].strip(), 16) == 0 for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
 
 
-def loopback_up() -> None:
-    """Bring ``lo`` up (in a fresh network namespace it starts down)."""
+def loopback_up() -> bool:
+    """Bring ``lo`` up (in a fresh network namespace it starts down); returns whether it is up."""
     siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    layout = "16sH14x"  # struct ifreq: name, flags
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), siocgifflags, request))[1]
-        fcntl.ioctl(sock.fileno(), siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+        flags = struct.unpack(layout, fcntl.ioctl(sock.fileno(), siocgifflags, struct.pack(layout, b"lo", 0)))[1]
+        fcntl.ioctl(sock.fileno(), siocsifflags, struct.pack(layout, b"lo", flags | iff_up))
+        return bool(struct.unpack(layout, fcntl.ioctl(sock.fileno(), siocgifflags, struct.pack(layout, b"lo", 0)))[1] & iff_up)

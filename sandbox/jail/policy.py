@@ -49,7 +49,7 @@ def cuda_paths() -> list[str]:
 def read_paths(readable: tuple[str, ...] = ()) -> list[str]:
     """Everything the tree may read and execute, each also by its resolved path."""
     paths = [*SYSTEM_DIRS, *etc_entries(), *python_paths(), *cuda_paths(), *readable]
-    resolved = {os.path.realpath(p) for p in paths}
+    resolved = {r for p in paths if not (r := os.path.realpath(p)).startswith("/proc/")}  # not /etc/mtab's /proc/<pid>
     return sorted(p for p in set(paths) | resolved if os.path.exists(p))
 
 
