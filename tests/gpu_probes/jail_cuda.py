@@ -94,7 +94,7 @@ DEVICE_REFUSED = ("kmsg", "shadow", "tcp_bind")
 
 
 def _tree_env() -> dict[str, str]:
-    from sandbox.topology_measure import MULTICAST_OFF
+    from kloop_runtime.settings import MULTICAST_OFF
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
            "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", **MULTICAST_OFF}
