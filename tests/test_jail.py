@@ -277,3 +277,30 @@ def test_bad_requests_are_clear_errors(tmp_path):
         Jail.start(JailSpec(workdir=str(tmp_path)), [])
     with pytest.raises(JailError, match="cannot execute '/no/such/program' in the jail: No such file"):
         Jail.start(JailSpec(workdir=str(tmp_path)), ["/no/such/program"])
+
+
+def test_gaps_say_what_did_not_hold():
+    from sandbox.jail.spec import gaps
+
+    full = ["pid-namespace", "mount-namespace", "net-namespace", "landlock-fs-abi7", "landlock-net", "landlock-scope-signal",
+            "landlock-scope-abstract-unix"]
+    assert gaps("none", full) == [] and gaps("loopback", full) == []
+    # Docker on a 6.8 kernel: Landlock ABI 4, no namespaces, no scopes
+    found = " | ".join(gaps("none", ["landlock-fs-abi4", "landlock-net", "no-new-privs", "seccomp"]))
+    for words in ("only TCP is blocked", "signal processes of its own uid", "abstract socket", "by its path",
+                  "can outlive the jail"):
+        assert words in found, found
+    assert "network: not limited to loopback" in " | ".join(gaps("loopback", ["landlock-fs-abi7"]))
+    assert "no Landlock" in gaps("none", ["pid-namespace", "net-namespace", "mount-namespace"])[0]
+
+
+def test_the_work_dir_is_handed_over_but_never_a_planted_hard_link(tmp_path):
+    workdir, outside = tmp_path / "work", tmp_path / "outside.secret"
+    (workdir / "sub").mkdir(parents=True)
+    (workdir / "sub" / "given.py").write_text("x = 1")
+    outside.write_text("root's")
+    outside.chmod(0o600)
+    os.link(outside, workdir / "planted")  # as a tree of an earlier jail could have left it
+    Jail.start(JailSpec(workdir=str(workdir)), ["/bin/true"]).wait(30)
+    assert os.stat(outside).st_uid == 0 and os.stat(workdir / "planted").st_uid == 0
+    assert os.stat(workdir / "sub" / "given.py").st_uid == 65534 and os.stat(workdir / "sub").st_uid == 65534

@@ -84,7 +84,8 @@ def test_the_jail_falls_back_to_what_docker_allows(outcome):
     assert EXPECTED <= measures, EXPECTED - measures
     assert not measures & {"pid-namespace", "mount-namespace", "net-namespace", "user-namespace", "private-tmp"}
     gaps = " | ".join(outcome["gaps"])
-    assert "only TCP is blocked" in gaps and "unix sockets" in gaps and "processes" not in gaps
+    assert "only TCP is blocked" in gaps and "by its path" in gaps
+    assert "processes" not in gaps and "signal" not in gaps and "abstract" not in gaps
 
 
 def test_every_escape_but_a_listening_pathname_socket_is_blocked(outcome):

@@ -23,6 +23,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import time
 
 from sandbox.jail import kernel, landlock, mounts, seccomp
@@ -80,21 +81,24 @@ def main(args: list[str]) -> int:
         _send(status_fd, event="failed", error=f"jail set-up failed: {type(error).__name__}: {error}")
         return 1
     alive_r, alive_w = os.pipe()
+    session_r, session_w = os.pipe2(os.O_NONBLOCK)
     pid = os.fork()
     if pid == 0:
         os.close(alive_w)
+        os.close(session_r)
         code = 1
         try:
-            code = _supervise(config, measures, status_fd, alive_r)
+            code = _supervise(config, measures, status_fd, alive_r, session_w)
         except BaseException as error:  # noqa: BLE001
             _send(status_fd, event="failed", error=f"jail set-up failed: {type(error).__name__}: {error}")
         os._exit(code)
     os.close(alive_r)
+    os.close(session_w)
     os.close(status_fd)
     _detach_stdio_and_passed_fds(config)
     status = _keep(pid, control_fd)
     if "pid-namespace" not in measures:
-        _end_tree(scoped)
+        _end_tree(scoped, session_r)
     if os.WIFSIGNALED(status):  # die the same way, so that the caller sees the signal
         if os.WTERMSIG(status) != signal.SIGKILL:
             signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
@@ -130,11 +134,13 @@ def _enter_namespaces(config: dict) -> list[str]:
 
 
 def _hand_over(workdir: str, uid: int, gid: int) -> None:
-    """The work dir (made by the trusted caller) becomes the tree's."""
-    os.chown(workdir, uid, gid)
-    for top, dirs, files in os.walk(workdir):
-        for name in dirs + files:
-            os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
+    """What the trusted caller put in the work dir becomes the tree's: entries root owns, but
+    never a file with several links (one a tree of an earlier jail could have planted)."""
+    paths = [workdir] + [os.path.join(top, name) for top, dirs, files in os.walk(workdir) for name in dirs + files]
+    for path in paths:
+        st = os.lstat(path)
+        if st.st_uid == 0 and not (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
+            os.chown(path, uid, gid, follow_symlinks=False)
 
 
 def _keep(pid: int, control_fd: int) -> int:
@@ -169,21 +175,29 @@ def _reap() -> bool:
             return True
 
 
-def _end_tree(scoped: bool) -> None:
+def _end_tree(scoped: bool, session_r: int) -> None:
     """Without a PID namespace: kill every process of the tree. Under the Landlock signal scope,
     kill(-1) reaches this process's descendants (however they forked or left their session)
-    and nothing else; the tree's orphans come here (subreaper) to be reaped."""
+    and nothing else; the tree's orphans come here (subreaper) to be reaped. Without the scope
+    only the payload's session can be killed (a reported gap)."""
+    if not scoped:
+        try:
+            os.killpg(int(os.read(session_r, 32) or b"0"), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass  # no session was started, or it is gone
+        time.sleep(0.05)
+        _reap()
+        return
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if scoped:
-            os.kill(-1, signal.SIGKILL)
+        os.kill(-1, signal.SIGKILL)
         if not _reap():
             return
         time.sleep(0.01)
 
 
 # ---------------------------------------------------------------------- supervisor
-def _supervise(config: dict, measures: list[str], status_fd: int, alive_r: int) -> int:
+def _supervise(config: dict, measures: list[str], status_fd: int, alive_r: int, session_w: int) -> int:
     kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
     if select.select([alive_r], [], [], 0)[0]:
         return 1  # the keeper died before the line above
@@ -202,8 +216,11 @@ def _supervise(config: dict, measures: list[str], status_fd: int, alive_r: int) 
     child = os.fork()
     if child == 0:
         os.close(report_r)
+        os.close(session_w)
         _run_payload(config, measures, report_w)
     os.close(report_w)
+    os.write(session_w, str(child).encode())  # the payload's session, for the keeper's last resort
+    os.close(session_w)
     _detach_stdio_and_passed_fds(config)
     with os.fdopen(report_r, "rb") as handle:
         lines = handle.read().decode(errors="replace").splitlines()

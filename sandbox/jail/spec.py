@@ -78,13 +78,19 @@ def gaps(network: str, measures: list[str]) -> list[str]:
     if network == "none" and not held & {"net-namespace", "landlock-net"}:
         found.append("network: not blocked (no network namespace, no Landlock network rules)")
     elif network == "none" and "net-namespace" not in held:
-        found.append("network: only TCP is blocked (Landlock); UDP and raw sockets are not")
+        found.append("network: only TCP is blocked (Landlock); UDP is not")
     elif network == "loopback" and "net-namespace" not in held:
         found.append("network: not limited to loopback (no network namespace)")
+    if not held & {"pid-namespace", "landlock-scope-signal"}:
+        found.append("signals: the tree can signal processes of its own uid outside it (no PID namespace, no Landlock "
+                     "signal scope)")
+    if not held & {"net-namespace", "landlock-scope-abstract-unix"}:
+        found.append("unix sockets: an abstract socket outside the jail can be connected to (no network namespace, no "
+                     "Landlock scope)")
     if "mount-namespace" not in held:
         found.append("unix sockets: a listening socket outside the jail can be connected to by its path (no mount "
                      "namespace to hide /run and /tmp; Landlock does not cover connect)")
     if not held & {"pid-namespace", "scoped-kill"}:
-        found.append("processes: a process that leaves the session can outlive the jail (no PID namespace, "
+        found.append("processes: a process that leaves the jail's session can outlive the jail (no PID namespace, "
                      "no Landlock signal scope)")
     return found
