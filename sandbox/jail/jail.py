@@ -28,19 +28,15 @@ class Jail:
         self.returncode: int | None = None
 
     @property
-    def pid(self) -> int:
-        """The keeper's pid (the caller's child); the tree's processes are not the caller's to see."""
-        return self.process.pid
-
-    @property
     def gaps(self) -> tuple[str, ...]:
         return tuple(gaps(self.spec.network, list(self.measures)))
 
     @classmethod
-    def start(cls, spec: JailSpec, argv: list[str], pass_fds: tuple[int, ...] = (), stdin=None, stdout=None, stderr=None,
-              start_timeout_s: float = 60.0) -> Jail:
+    def start(cls, spec: JailSpec, argv: list[str], pass_fds: tuple[int, ...] = (), stdin=subprocess.DEVNULL, stdout=None,
+              stderr=None, start_timeout_s: float = 60.0) -> Jail:
         """Run ``argv`` as the root of a confined tree; returns once it is about to execute (the
-        measures known). ``pass_fds`` keep their numbers in argv's process. Raises JailError if the
+        measures known). ``pass_fds`` keep their numbers in argv's process; stdin, stdout and
+        stderr are as for subprocess.Popen (stdin defaults to /dev/null). Raises JailError if the
         jail cannot be set up or argv cannot be executed."""
         if not argv:
             raise JailError("nothing to run in the jail: argv is empty")

@@ -92,7 +92,8 @@ def drop_capability_bounds() -> None:
     """Empty the bounding and ambient sets: no exec can grant a capability again. Needs
     CAP_SETPCAP, so call it while still privileged (without it, e.g. in a container that
     already dropped everything, nothing is done and capabilities_empty() tells)."""
-    last = int(open("/proc/sys/kernel/cap_last_cap").read())
+    with open("/proc/sys/kernel/cap_last_cap") as handle:
+        last = int(handle.read())
     for cap in range(last + 1):
         try:
             prctl(PR_CAPBSET_DROP, cap)
