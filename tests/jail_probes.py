@@ -126,6 +126,7 @@ def probes(c: dict) -> dict:
         "connect_abstract_unix_outside": lambda: native_connect(socket.AF_UNIX, "\0" + c["abstract_name"]),
         "signal_parent": lambda: kill(int(c["parent_pid"]), 0),
         "signal_same_uid_process_outside": lambda: kill(c["victim_pid"], signal.SIGKILL),
+        "ptrace_parent": lambda: ptrace(int(c["parent_pid"])),
         "ptrace_same_uid_process_outside": lambda: ptrace(c["victim_pid"]),
         "write_outside_workdir": lambda: write(os.path.join(c["outside_dir"], f"pwned-{c['token']}")),
         "write_in_dev": lambda: write(f"/dev/kloop-probe-{c['token']}"),

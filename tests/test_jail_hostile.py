@@ -34,8 +34,8 @@ OLD_ALLOWED = {
     "connect_tcp_loopback_outside", "connect_tcp_non_loopback", "connect_abstract_unix_outside", "write_in_dev", "unshare",
     "setuid_root",
 }
-OLD_BLOCKED = {"signal_parent", "signal_same_uid_process_outside", "ptrace_same_uid_process_outside", "write_outside_workdir",
-               "mount"}
+OLD_BLOCKED = {"signal_parent", "signal_same_uid_process_outside", "ptrace_parent", "ptrace_same_uid_process_outside",
+               "write_outside_workdir", "mount"}
 SHM_PROBE = "write_file_in_dev_shm"  # allowed everywhere; the question is whether the file outlives the jail
 FAKE_KEY_NAME = "OPENAI_API_KEY"
 
