@@ -38,19 +38,15 @@ def _check(result: int, what: str) -> None:
 
 
 def native_connect(family: int, address) -> str:
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.settimeout(None)
-    if family == socket.AF_UNIX:
+    if family == socket.AF_UNIX:  # struct sockaddr_un; an abstract name starts with NUL and has no terminator
         path = address.encode()
-        raw = ctypes.create_string_buffer(2 + 108)
-        ctypes.memmove(raw, socket.AF_UNIX.to_bytes(2, "little") + path, 2 + len(path))
-        size = 2 + len(path) + (0 if path.startswith(b"\0") else 1)
-    else:
+        raw = socket.AF_UNIX.to_bytes(2, "little") + path + (b"" if path.startswith(b"\0") else b"\0")
+    else:  # struct sockaddr_in
         host, port = address
-        raw = ctypes.create_string_buffer(socket.AF_INET.to_bytes(2, "little") + port.to_bytes(2, "big") + socket.inet_aton(host) + bytes(8))
-        size = 16
+        raw = socket.AF_INET.to_bytes(2, "little") + port.to_bytes(2, "big") + socket.inet_aton(host) + bytes(8)
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        _check(libc.connect(sock.fileno(), raw, size), "connect")
+        _check(libc.connect(sock.fileno(), raw, len(raw)), "connect")
     finally:
         sock.close()
     return f"connected to {address!r}"
