@@ -17,6 +17,7 @@ Inside the jail this file runs as ``--devices``, ``--launch WORLD`` (starts the 
 
 from __future__ import annotations
 
+import glob
 import os
 import select
 import shutil
@@ -68,7 +69,7 @@ def launch_main(world: int) -> None:
     sys.exit(max(rank.wait() for rank in ranks))
 
 
-def devices_main() -> None:
+def devices_main(gpu_node: str) -> None:
     import errno
     import socket
 
@@ -81,7 +82,7 @@ def devices_main() -> None:
 
     print(" ".join([
         attempt("nvidiactl", lambda: os.close(os.open("/dev/nvidiactl", os.O_RDWR))),
-        attempt("nvidia0", lambda: os.close(os.open("/dev/nvidia0", os.O_RDWR))),
+        attempt("gpu", lambda: os.close(os.open(gpu_node, os.O_RDWR))),
         attempt("driver_version", lambda: open("/proc/driver/nvidia/version").read()),
         attempt("kmsg", lambda: os.close(os.open("/dev/kmsg", os.O_RDONLY))),
         attempt("shadow", lambda: open("/etc/shadow").read()),
@@ -89,7 +90,7 @@ def devices_main() -> None:
     ]))
 
 
-DEVICE_EXPECTED = {"nvidiactl": "open", "nvidia0": "open", "driver_version": "open"}
+DEVICE_EXPECTED = {"nvidiactl": "open", "gpu": "open", "driver_version": "open"}
 DEVICE_REFUSED = ("kmsg", "shadow", "tcp_bind")
 
 
@@ -139,7 +140,8 @@ def _read_until_eof(jail, deadline: float) -> str:
 def run_checks() -> list[tuple[bool, str]]:
     """(passed, line) per check."""
     lines = []
-    code, output, measures = _jailed(["--devices"])
+    gpu_node = next(iter(sorted(glob.glob("/dev/nvidia[0-9]*"))), "/dev/nvidia0")  # the jail may not list /dev
+    code, output, measures = _jailed(["--devices", gpu_node])
     wanted = {"pid-namespace", "net-namespace", "private-tmp", "private-shm", "caps-dropped", "no-new-privs", "landlock-net",
               "landlock-scope-signal"}
     lines.append((wanted <= set(measures), f"jail measures: {' '.join(measures)}"))
@@ -162,7 +164,7 @@ def main() -> int:
     if sys.argv[1:2] == ["--launch"]:
         launch_main(int(sys.argv[2]))
     if sys.argv[1:2] == ["--devices"]:
-        devices_main()
+        devices_main(sys.argv[2])
         return 0
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     results = run_checks()
