@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker_support import box, docker_client, make_box, no_container_left, test_image  # noqa: F401
+from tests.docker_support import docker_client, no_container_left, test_image  # noqa: F401 - fixtures
 from tests.test_jail import DAEMON
 
 pytestmark = pytest.mark.docker
