@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,8 +59,10 @@ class Timing(ReportModel):
     iterations: int
     warmup: int
     input_sets: int
-    sync_overhead_ms: float = Field(0.0, description="an empty timed interval (barrier, sync, events), subtracted from each "
-                                                     "iteration; the slowest rank's")
+    sync_overhead_ms: float = Field(0.0, description="an empty timed interval (barrier, sync, events), measured before the "
+                                                     "candidate was loaded and subtracted from each call; the slowest rank's")
+    rounds: int = Field(0, description="timed rounds, interleaved with the other group's on the same inputs")
+    l2_policy: str = Field("", description="what the L2 cache held when a timed call started")
 
 
 ActivityKind = Literal["communication", "compute", "custom", "copy", "other"]
@@ -94,6 +97,15 @@ class ProfileSummary(ReportModel):
     other_us_per_call: float = 0.0
 
 
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str) -> str:
+    """``text`` with every control character (but newline and tab) written out as ``\\xNN``."""
+    return CONTROL_CHARACTERS.sub(lambda match: f"\\x{ord(match.group(0)):02x}" if ord(match.group(0)) < 256
+                                  else f"\\u{ord(match.group(0)):04x}", text)
+
+
 class LogExcerpt(ReportModel):
     name: str
     head: str
@@ -102,9 +114,11 @@ class LogExcerpt(ReportModel):
 
     @classmethod
     def of(cls, name: str, text: str, keep_chars: int = 4000) -> "LogExcerpt":
+        """Head and tail of ``text``, its control characters made visible (a log is shown, never
+        obeyed: no terminal escapes, no carriage returns that overwrite a line)."""
         if len(text) <= 2 * keep_chars:
-            return cls(name=name, head=text)
-        return cls(name=name, head=text[:keep_chars], tail=text[-keep_chars:], elided_chars=len(text) - 2 * keep_chars)
+            return cls(name=name, head=inert(text))
+        return cls(name=name, head=inert(text[:keep_chars]), tail=inert(text[-keep_chars:]), elided_chars=len(text) - 2 * keep_chars)
 
     def text(self) -> str:
         if not self.elided_chars:
@@ -165,6 +179,17 @@ class PerformanceAnalysis(ReportModel):
     busiest_fraction: float | None = None
 
 
+class ClockCheck(ReportModel):
+    """The candidate's claimed times against the harness's own clock (see sandbox/harness/timing.py)."""
+
+    candidate_unclaimed_ms: float = Field(description="median per call: the parent's wall time minus the slowest rank's claim")
+    reference_unclaimed_ms: float = Field(description="the same for the reference: the harness's own cost of a call")
+    allowed_excess_ms: float
+    candidate_staging_ms: float = Field(description="median per call of staging a round's inputs")
+    reference_staging_ms: float
+    allowed_staging_excess_ms: float
+
+
 class CompileStats(ReportModel):
     """What the ranks asked the harness to compile during this evaluation."""
 
@@ -188,7 +213,9 @@ class EvalReport(ReportModel):
     mismatch: Mismatch | None = None
     reference_timing: Timing | None = None
     candidate_timing: Timing | None = None
-    speedup: float | None = None
+    speedup: float | None = Field(None, description="reference median / candidate median; only on correct reports")
+    speedup_ci: list[float] | None = Field(None, description="95% bootstrap interval of the speedup over the timed rounds")
+    timing_check: ClockCheck | None = None
     roofline: Roofline | None = None
     roofline_fraction: float | None = None
     achieved_comm_gbps: float | None = None
@@ -201,7 +228,8 @@ class EvalReport(ReportModel):
     logs: list[LogExcerpt] = Field(default_factory=list)
     stage_wall_s: dict[str, float] = Field(default_factory=dict)
     wall_s: float = 0.0
-    reference_cache: Literal["hit", "miss", "off"] = "off"
+    profile_cache: Literal["hit", "miss", "off"] = Field("off", description="profiles of this solution and of the reference "
+                                                         "taken before on this host (sealed with the host secret)")
     isolation: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 

@@ -1,5 +1,6 @@
 """The correctness criterion: against the upcast reference, bound by the native reference's own error."""
 
+import os
 import torch
 
 from sandbox.harness.compare import compare_tensor
@@ -61,12 +62,16 @@ def test_shape_dtype_nan_and_integers():
 
 def test_float8_outputs_compare_by_value():
     from sandbox.harness.compare import error_summary
-    from sandbox.harness.protocol import PackedTensor, ReferenceOutput
+    from sandbox.harness.calls import Expected
+    from sandbox.rank import wire
 
     values = torch.randn(256, generator=torch.Generator().manual_seed(3)) * 100
     for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         codes = values.to(dtype)
-        expected = PackedTensor.of(codes).unpack()  # the bytes survive the pipe
+        fd = wire.write_blob({"T": 0}, [codes])
+        with wire.Blob(fd, 2**20) as blob:  # the bytes survive the wire
+            expected = blob.tensors()[0]
+        os.close(fd)
         assert expected.dtype == dtype and torch.equal(expected.view(torch.uint8), codes.view(torch.uint8))
         name = str(dtype).removeprefix("torch.")
         assert compare_tensor(expected, (256,), name, 0, 0, codes.clone(), 0, 0) is None
@@ -75,5 +80,6 @@ def test_float8_outputs_compare_by_value():
         mismatch = compare_tensor(expected, (256,), name, 0, 0, moved, 0, 0)
         assert mismatch is not None and mismatch.mismatched == 1 and mismatch.worst_index == [7]
         assert compare_tensor(expected, (256,), name, 0, 0, codes.float(), 0, 0).kind == "dtype"
-        reference = ReferenceOutput(expected=[expected], shapes=[(256,)], dtypes=[name], native_max_abs_err=[0.0], native_rms_err=[0.0])
+        reference = Expected(expected=[expected], outputs=1, mutated=[], shapes=[(256,)], dtypes=[name], native_max_abs_err=[0.0],
+                             native_rms_err=[0.0])
         assert error_summary(reference, [moved])[0] > 0

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from prompts import render
-from sandbox.harness.profiling import device_activities
+from sandbox.rank.server import device_activities
 from sandbox.performance import DeviceActivity, analyse, busy_us, classify, summarize_activities, summarize_totals
 from sandbox.report import Roofline, Timing
 
@@ -131,4 +131,4 @@ def test_device_activities_reads_the_profilers_device_events():
               SimpleNamespace(name="cpu_op", device_type=torch.autograd.DeviceType.CPU, time_range=SimpleNamespace(start=0.0, end=9.0)),
               SimpleNamespace(name="empty", device_type=cuda, time_range=SimpleNamespace(start=5.0, end=5.0))]
     found = device_activities(torch, SimpleNamespace(events=lambda: events))
-    assert found == [DeviceActivity("k", 1.0, 3.0)]
+    assert found == [["k", 1.0, 3.0]]

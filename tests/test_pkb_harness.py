@@ -1,6 +1,7 @@
 """The harness on ParallelKernelBench-style inputs: lists of tensors, plain values and None,
-modules, process groups made by the input generator; the mutation check and the upcast for the
-reference's high-precision run reach inside them. Also: what candidates of PKB problems can see."""
+modules, process groups made by the input generator, all crossing to the candidate as data; the
+mutation check and the upcast for the reference's high-precision run reach inside them. Also:
+what candidates of PKB problems can see."""
 
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from problems import find_problem
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig
 from sandbox.harness.confine import landlock_abi
-from sandbox.harness.trees import clone_inputs, flatten_outputs, modified_inputs, nearly_constant, tensor_leaves, upcast_inputs
+from sandbox.harness.trees import nearly_constant
+from sandbox.rank.server import flatten_outputs
 from kloop_runtime.pkb_shim.utils.cuda_helpers import compile_cuda_extension, needs_cuda
 from tests.candidates import source
 
@@ -37,7 +39,7 @@ def test_pkb_style_inputs_are_handled(local_sandbox, pkb_root, ident, candidate,
 def test_writing_into_a_tensor_inside_a_list_is_caught(local_sandbox, pkb_root):
     report = evaluate(local_sandbox, pkb_root, "pkb:21", source("pkb_grad_norm_clip_in_place"))
     assert report.status == "wrong" and report.mismatch.kind == "input_modified"
-    assert "input 0 was modified" in report.message
+    assert "input tensor 0 was modified" in report.message
 
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="the kernel has no Landlock")
@@ -48,38 +50,9 @@ def test_candidates_get_the_shim_and_cannot_read_the_checkout(local_sandbox, pkb
 
 
 # ---------------------------------------------------------------------------- trees
-def nested_inputs():
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(4, 3).to(torch.bfloat16)
-    grads = [torch.randn(8, dtype=torch.bfloat16), torch.randn(2, 2, dtype=torch.bfloat16)]
-    return (grads, layer, torch.arange(5), 1.5, None, torch.Size([2, 3]), {"scale": torch.ones(3, dtype=torch.bfloat16)})
-
-
-def test_clones_reach_inside_lists_dicts_and_modules():
-    inputs = nested_inputs()
-    clones = clone_inputs(inputs)
-    assert modified_inputs(inputs, clones) == []
-    assert clones[0][0] is not inputs[0][0] and clones[1] is not inputs[1] and clones[3] == 1.5 and clones[4] is None
-    assert clones[5] is inputs[5]  # no tensor inside: kept as it is
-    inputs[0][1].add_(1)
-    inputs[1].weight.data.mul_(2)
-    inputs[6]["scale"].zero_()
-    assert modified_inputs(inputs, clones) == [0, 1, 6]
-
-
-def test_upcast_reaches_floating_tensors_inside_lists_and_modules():
-    inputs = nested_inputs()
-    upcast = upcast_inputs(inputs, torch.float32)
-    assert [g.dtype for g in upcast[0]] == [torch.float32] * 2
-    assert upcast[1].weight.dtype == torch.float32 and inputs[1].weight.dtype == torch.bfloat16  # a cast copy
-    assert upcast[2].dtype == torch.int64 and upcast[6]["scale"].dtype == torch.float32
-    assert upcast[3:6] == inputs[3:6]
-    assert len(list(tensor_leaves(upcast))) == 6  # 2 grads, weight and bias, arange, scale
-
-
 def test_outputs_flatten_lists_dicts_and_numbers():
     a, b = torch.ones(2), torch.zeros(3)
-    leaves = flatten_outputs(([a, {"z": b, "y": 2.5}], None, 7))
+    leaves = flatten_outputs(torch, ([a, {"z": b, "y": 2.5}], None, 7))
     assert len(leaves) == 4 and leaves[0] is a and leaves[1].item() == 2.5 and leaves[2] is b and leaves[3].item() == 7
 
 

@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE = 4
 
 
 def _redirect_output(log_path: Path) -> int:
@@ -81,13 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     structlog.configure(processors=[structlog.processors.TimeStamper(fmt="iso"), structlog.processors.add_log_level,
                                     structlog.processors.JSONRenderer()],
                         logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    from sandbox.harness.confine import set_non_dumpable
-    from sandbox.harness.config import HarnessConfig
     from kloop_runtime.settings import MULTICAST_OFF
-    from sandbox.harness.run import Evaluation
+    from sandbox.harness.config import HarnessConfig
+    from sandbox.harness.pipeline import Evaluation
     from sandbox.report import EvalReport, LogExcerpt
 
-    set_non_dumpable()
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<pid>/{environ,fd,mem} closed to same-user processes
     os.environ.update(MULTICAST_OFF)
     config = HarnessConfig.model_validate_json(args.config.read_text())
     try:

@@ -12,7 +12,7 @@ torch implements little arithmetic on float8 tensors.
 
 from __future__ import annotations
 
-from sandbox.harness.protocol import ReferenceOutput
+from sandbox.harness.calls import Expected as ReferenceOutput
 from sandbox.report import Mismatch
 
 SLACK = 2.0

@@ -1,85 +1,157 @@
-"""The harness parent compiles on behalf of the ranks: one build per distinct request, results
-cached where only trusted code writes."""
+"""The harness parent compiles on behalf of the ranks.
+
+A rank sends the source and options as plain data; the parent checks them, refuses NVLink
+multicast before anything is built (in the source and, for raw kernels, in the preprocessed
+source, so macros cannot assemble it), builds once per distinct request with confined compilers
+into the compile cache (written only here, each artifact sealed with the host secret's HMAC and
+checked before reuse), and hands the rank a private copy in its own work dir: a candidate never
+reads the cache, so it cannot load what other solutions (or the oracles) compiled.
+"""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import hashlib
+import hmac
+import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from sandbox.harness.protocol import CompileReply, CompileRequest
 from kloop_runtime import build
 
 log = structlog.get_logger(__name__)
 
-_CUBIN_FIELDS = {"source": str, "options": tuple, "arch": str}
+_CUBIN_FIELDS = {"source": str, "options": list, "arch": str}
 _EXTENSION_FIELDS = {
-    "name": str, "cuda_sources": str, "cpp_sources": str, "functions": (tuple, type(None)), "extra_cflags": tuple,
-    "extra_cuda_cflags": tuple, "extra_ldflags": tuple, "extra_include_paths": tuple, "arch": str,
+    "name": str, "cuda_sources": str, "cpp_sources": str, "functions": (list, type(None)), "extra_cflags": list,
+    "extra_cuda_cflags": list, "extra_ldflags": list, "extra_include_paths": list, "arch": str,
 }
 MAX_SOURCE_CHARS = 2_000_000
+MULTICAST = re.compile(r"multimem|multicast|cuMulticast|NVLS", re.IGNORECASE)
+MULTICAST_MESSAGE = "NVLink multicast (multimem / cuMulticast / NVLS) is switched off on these machines; it was found in"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    ok: bool
+    path: str = ""
+    log: str = ""
+
+
+class CompileRefused(build.CompileError):
+    """A request the rules forbid (reported as ``rejected``, not as a build failure)."""
 
 
 def _validated(kind: str, payload: Any) -> dict[str, Any]:
     fields = _CUBIN_FIELDS if kind == "cubin" else _EXTENSION_FIELDS if kind == "extension" else None
     if fields is None or not isinstance(payload, dict) or set(payload) != set(fields):
         raise build.CompileError(f"malformed compile request of kind {kind!r}")
+    checked = {}
     for name, types in fields.items():
         value = payload[name]
         if not isinstance(value, types):
             raise build.CompileError(f"compile request field {name} has type {type(value).__name__}")
-        if isinstance(value, tuple) and not all(isinstance(v, str) for v in value):
-            raise build.CompileError(f"compile request field {name} must hold strings")
+        if isinstance(value, list):
+            if not all(isinstance(v, str) and len(v) < 4096 for v in value) or len(value) > 256:
+                raise build.CompileError(f"compile request field {name} must be a short list of strings")
+            value = tuple(value)
         if isinstance(value, str) and len(value) > MAX_SOURCE_CHARS:
             raise build.CompileError(f"compile request field {name} is longer than {MAX_SOURCE_CHARS} characters")
-    return payload
+        checked[name] = value
+    return checked
+
+
+def refuse_multicast(kind: str, payload: dict[str, Any]) -> None:
+    """CompileRefused when the request's text (sources, options) names NVLink multicast."""
+    texts = [payload["source"], *payload["options"]] if kind == "cubin" else [
+        payload["cuda_sources"], payload["cpp_sources"], *payload["extra_cflags"], *payload["extra_cuda_cflags"],
+        *payload["extra_ldflags"]]
+    for text in texts:
+        match = MULTICAST.search(text)
+        if match:
+            raise CompileRefused(f"{MULTICAST_MESSAGE} the source ({match.group(0)!r})")
 
 
 class CompileServer:
-    def __init__(self, cache_dir: Path, workers: int = 4):
-        self.cache_dir = cache_dir
-        cache_dir.mkdir(parents=True, exist_ok=True)  # before ranks are confined: Landlock rules need the folder to exist
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="compile")
-        self._futures: dict[tuple, Future] = {}
-        self._lock = threading.Lock()
+    """``build(kind, payload) -> BuildResult`` for the ranks of one evaluation. ``deliver_to`` is
+    the folder the artifacts are copied into (readable by the candidate's ranks)."""
+
+    def __init__(self, cache_dir: Path, secret: bytes, deliver_to: Path):
+        self.cache_dir, self.secret, self.deliver_to = cache_dir, secret, deliver_to
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        self._results: dict[str, BuildResult] = {}
         self.requests = 0
-        self.failed = 0  # builds that failed
+        self.failed = 0
+        self.refused: str | None = None  # the first refusal's message: the evaluation is rejected
 
     @property
     def distinct(self) -> int:
-        """Distinct requests so far: one build each (requests are never forgotten)."""
-        return len(self._futures)
+        return len(self._results)
 
-    def _count_failure(self) -> None:
-        with self._lock:  # builds run on several pool threads
-            self.failed += 1
+    def build(self, kind: str, payload: Any) -> BuildResult:
+        self.requests += 1
+        key = hashlib.sha256(repr((kind, sorted(payload.items()) if isinstance(payload, dict) else payload)).encode()).hexdigest()
+        if key not in self._results:
+            self._results[key] = self._build(kind, payload)
+        return self._results[key]
 
-    def _build(self, kind: str, payload: dict[str, Any]) -> CompileReply:
+    def _build(self, kind: str, payload: Any) -> BuildResult:
         try:
             payload = _validated(kind, payload)
+            refuse_multicast(kind, payload)
+            if kind == "cubin":
+                self._refuse_preprocessed(payload)
             builder = build.build_cubin if kind == "cubin" else build.build_extension
-            path = builder(**payload, cache_dir=self.cache_dir)
-            return CompileReply(request_id=-1, ok=True, path=str(path))
+            artifact = builder(**payload, cache_dir=self.cache_dir)
+            if not self._seal_holds(artifact):  # not built here, or changed since: build it again
+                artifact.unlink(missing_ok=True)
+                artifact = builder(**payload, cache_dir=self.cache_dir)
+                self._seal_path(artifact).write_text(self._digest(artifact))
+            return BuildResult(ok=True, path=str(self._deliver(artifact)))
+        except CompileRefused as refusal:
+            self.failed += 1
+            self.refused = self.refused or str(refusal)
+            return BuildResult(ok=False, log=str(refusal))
         except build.CompileError as error:
-            self._count_failure()
-            return CompileReply(request_id=-1, ok=False, log=error.log)
+            self.failed += 1
+            return BuildResult(ok=False, log=error.log)
         except Exception as error:  # noqa: BLE001 - a build tool failing is reported, never fatal
             log.exception("compile failed unexpectedly")
-            self._count_failure()
-            return CompileReply(request_id=-1, ok=False, log=f"{type(error).__name__}: {error}")
+            self.failed += 1
+            return BuildResult(ok=False, log=f"{type(error).__name__}: {error}")
 
-    def submit(self, request: CompileRequest) -> Future:
-        key = (request.kind, repr(sorted(request.payload.items())) if isinstance(request.payload, dict) else repr(request.payload))
-        with self._lock:
-            self.requests += 1
-            future = self._futures.get(key)
-            if future is None:
-                future = self._pool.submit(self._build, request.kind, request.payload)
-                self._futures[key] = future
-        return future
+    def _refuse_preprocessed(self, payload: dict[str, Any]) -> None:
+        """Macros can paste ``multimem`` together; the preprocessor's output cannot hide it."""
+        if "#" not in payload["source"].replace("#include", ""):
+            return  # no macros, no pasting: the raw text was enough
+        try:
+            text = build.preprocess_cuda(payload["source"], payload["options"], self.cache_dir)
+        except build.CompileError:
+            return  # the build proper reports the error
+        match = MULTICAST.search(text)
+        if match:
+            raise CompileRefused(f"{MULTICAST_MESSAGE} the preprocessed source ({match.group(0)!r})")
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    @staticmethod
+    def _seal_path(artifact: Path) -> Path:
+        return artifact.with_name(artifact.name + ".hmac")
+
+    def _digest(self, artifact: Path) -> str:
+        return hmac.new(self.secret, artifact.read_bytes(), hashlib.sha256).hexdigest()
+
+    def _seal_holds(self, artifact: Path) -> bool:
+        seal = self._seal_path(artifact)
+        return seal.exists() and hmac.compare_digest(seal.read_text().strip(), self._digest(artifact))
+
+    def _deliver(self, artifact: Path) -> Path:
+        """A private copy of ``artifact`` in the ranks' folder."""
+        target = self.deliver_to / artifact.parent.name / artifact.name if artifact.suffix == ".so" else self.deliver_to / artifact.name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".tmp")
+            shutil.copyfile(artifact, tmp)
+            tmp.replace(target)
+        return target

@@ -36,7 +36,7 @@ class HarnessConfig(BaseModel):
     timing_budget_s: float = Field(20.0, description="stop timing after this long (at least 10 iterations)")
     stress_calls: int = Field(0, ge=0, le=100_000, description="after correctness, this many back-to-back calls, every output checked")
     allow_nccl: bool = Field(False, description="let the candidate call torch.distributed collectives")
-    reference_cache: bool = True
+    profile_cache: bool = Field(True, description="reuse profiles taken before of the same solution and reference")
     cache_dir: Path | None = None
     timeouts: StageTimeouts = Field(default_factory=StageTimeouts)
 

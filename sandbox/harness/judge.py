@@ -1,13 +1,17 @@
-"""Turning the ranks' outputs into a verdict: every rank, every trial, against the expected
-outputs; the first failing trial names the rank, the element and the likely cause."""
+"""Turning what the ranks showed into a verdict: every checked call, every rank, against the
+reference; the first failing call names the rank, the element and the likely cause.
+
+A rank's revealed bytes must be the ones it committed to when the call ended (else the judge was
+lied to: ``rejected``); its inputs must come back as they went in, byte for byte, except those the
+reference itself updates in place, which must then hold what the reference leaves in them.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from problems.spec import ProblemSpec
-from sandbox.harness import protocol as p
+from sandbox.harness.calls import Call, Expected, Revealed, original_inputs
 from sandbox.harness.compare import compare_outputs, error_summary
 from sandbox.report import Mismatch, RankVerdict
 
@@ -20,70 +24,77 @@ class Verdict(Exception):
         self.status, self.message, self.fields = status, message, fields
 
 
-
-def judge(expected: list[list[p.ReferenceOutput]], per_rank: list[list[p.CandidateOutput]], trial_indices: list[int],
-          spec: ProblemSpec, device: Any, back_to_back_from: int | None = None, after_timing: bool = False) -> list[RankVerdict]:
-    """Verdicts of every rank when all is right; raises :class:`Verdict` ("wrong") at the first
-    trial that fails, with every rank's verdict for that trial. ``per_rank[r][i]`` is rank r's
-    output for trial ``trial_indices[i]``; ``expected[r][t]`` the reference's for trial t."""
-    world = len(per_rank)
-    verdicts: list[RankVerdict] = []
+def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], spec: ProblemSpec, device: Any,
+          back_to_back_from: int | None = None, note: str | None = None) -> list[RankVerdict]:
+    """Verdicts of every rank when all is right; raises :class:`Verdict` at the first call that
+    fails ("wrong"), or when a rank's revealed bytes are not what it committed to ("rejected").
+    ``revealed[i][r]`` and ``committed[i][r]`` belong to ``calls[i]`` on rank r."""
+    world = len(revealed[0]) if revealed else 0
     first: Mismatch | None = None
-    last_errors: list[tuple[float, float]] = []  # per rank, for the last trial: what passing verdicts report
-    for position, trial in enumerate(trial_indices):
+    verdicts: list[RankVerdict] = []
+    last_errors: list[tuple[float, float]] = []
+    for position, call in enumerate(calls):
         for rank in range(world):
-            output = per_rank[rank][position]
-            if output.modified_inputs and not spec.in_place:
-                mismatch = Mismatch(rank=rank, trial=trial, kind="input_modified",
-                                    detail=f"input {output.modified_inputs[0]} was modified; solutions must not write their inputs")
-            else:
-                wanted, got = on_device(expected[rank][trial], device), on_device(output, device).outputs
-                mismatch = compare_outputs(wanted, got, spec.atol, spec.rtol, rank, trial)
-                if mismatch is None and position == len(trial_indices) - 1:
-                    last_errors.append(error_summary(wanted, got))  # while on ``device``: no second transfer
+            shown = revealed[position][rank]
+            if shown.commitment() != committed[position][rank]:
+                raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the ones it committed "
+                              "to when the call ended (outputs computed or changed after the timer stopped)")
+            expected = call.expected[rank]
+            mismatch = _check_call(expected, shown, call.inputs[rank], spec, device, rank, call.label)
+            if mismatch is None and position == len(calls) - 1:
+                last_errors.append(error_summary(_on(expected, device), [x.to(device) for x in _judged(expected, shown)]))
             if mismatch is not None and first is None:
                 first = mismatch
             if first is not None and mismatch is not None and mismatch.trial == first.trial:
-                verdicts.append(RankVerdict(rank=rank, ok=False, message=mismatch.detail,
-                                            max_abs_err=mismatch.max_abs_err, max_rel_err=mismatch.max_rel_err))
+                verdicts.append(RankVerdict(rank=rank, ok=False, message=mismatch.detail, max_abs_err=mismatch.max_abs_err,
+                                            max_rel_err=mismatch.max_rel_err))
         if first is not None:
             break
     if first is None:
-        return [RankVerdict(rank=rank, ok=True, max_abs_err=max_abs, max_rel_err=max_rel) for rank, (max_abs, max_rel) in enumerate(last_errors)]
-    failed_ranks = {v.rank for v in verdicts}
-    verdicts += [RankVerdict(rank=r, ok=True) for r in range(world) if r not in failed_ranks]
+        return [RankVerdict(rank=rank, ok=True, max_abs_err=a, max_rel_err=r) for rank, (a, r) in enumerate(last_errors)]
+    failed = {v.rank for v in verdicts}
+    verdicts += [RankVerdict(rank=r, ok=True) for r in range(world) if r not in failed]
     verdicts.sort(key=lambda v: v.rank)
-    where = f"rank {first.rank}, trial {first.trial}" + (f", output {first.output_index}" if first.output_index else "")
-    message = f"wrong on {len(failed_ranks)} of {world} ranks; first: {where}: {first.detail}"
+    where = f"rank {first.rank}, call {first.trial}" + (f", output {first.output_index}" if first.output_index else "")
+    message = f"wrong on {len(failed)} of {world} ranks; first: {where}: {first.detail}"
     if first.kind == "values" and first.worst_index:
-        message += f" (at {first.worst_index}: expected {first.worst_expected:.6g}, got {first.worst_got:.6g}, allowed error {first.worst_bound:.3g})"
+        message += (f" (at {first.worst_index}: expected {first.worst_expected:.6g}, got {first.worst_got:.6g}, "
+                    f"allowed error {first.worst_bound:.3g})")
     notes = []
-    if back_to_back_from is not None and first.trial >= back_to_back_from:
+    if back_to_back_from is not None and calls.index(next(c for c in calls if c.label == first.trial)) >= back_to_back_from:
         notes.append("the first call was right; later calls, made back-to-back without a host sync, were wrong: "
                      "a missing barrier, or signal flags reused across calls without an epoch?")
-    if after_timing:
-        notes.append("correct before timing, wrong on fresh inputs after many calls: state that drifts across calls "
-                     "(counters, flags, cached buffers)?")
+    if note:
+        notes.append(note)
     raise Verdict("wrong", message, ranks=verdicts, mismatch=first, notes=notes)
 
 
-def _map_leaves(output, fn):
-    """The same rank output with ``fn`` applied to each of its leaves."""
-
-    def convert(leaves):
-        return None if leaves is None else [fn(leaf) for leaf in leaves]
-
-    if isinstance(output, p.ReferenceOutput):
-        return dataclasses.replace(output, expected=convert(output.expected), native=convert(output.native))
-    return dataclasses.replace(output, outputs=convert(output.outputs))
+def _judged(expected: Expected, shown: Revealed) -> list:
+    """What is compared with the reference: the outputs, then the inputs it updates in place."""
+    return [*shown.outputs, *(shown.inputs[i] for i in expected.mutated if i < len(shown.inputs))]
 
 
-def unpacked(output):
-    """Packed tensors of a rank's reply turned back into tensors (other leaves kept)."""
-    return _map_leaves(output, lambda leaf: leaf.unpack() if isinstance(leaf, p.PackedTensor) else leaf)
+def _check_call(expected: Expected, shown: Revealed, inputs_fd: int, spec: ProblemSpec, device: Any, rank: int,
+                label: int) -> Mismatch | None:
+    if len(shown.outputs) != expected.outputs:
+        return Mismatch(rank=rank, trial=label, kind="type",
+                        detail=f"returned {len(shown.outputs)} tensors, the reference returns {expected.outputs}")
+    original_bytes, original_specs = original_inputs(inputs_fd)
+    if len(shown.inputs) != len(original_bytes):
+        return Mismatch(rank=rank, trial=label, kind="input_modified", detail="the inputs did not come back whole")
+    if not spec.in_place:
+        for index, (before, after, before_spec, after_spec) in enumerate(zip(original_bytes, shown.input_bytes, original_specs,
+                                                                             shown.input_specs)):
+            if index in expected.mutated:
+                continue
+            same_kind = (before_spec["dtype"], before_spec["shape"]) == (after_spec["dtype"], after_spec["shape"])
+            if not same_kind or before != after:
+                return Mismatch(rank=rank, trial=label, kind="input_modified",
+                                detail=f"input tensor {index} was modified; solutions must not write their inputs")
+    return compare_outputs(_on(expected, device), [x.to(device) for x in _judged(expected, shown)], spec.atol, spec.rtol, rank, label)
 
 
-def on_device(output, device):
-    import torch
+def _on(expected: Expected, device: Any) -> Expected:
+    import dataclasses
 
-    return _map_leaves(output, lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf)
+    return dataclasses.replace(expected, expected=[t.to(device) for t in expected.expected])

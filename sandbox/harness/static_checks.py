@@ -37,6 +37,7 @@ FORBIDDEN_ATTRIBUTES = {
 SYMM_MEM_PREBUILT = re.compile(r"^(_fused_|_low_contention_|_pipelined_|_multimem|one_shot|two_shot|multimem)")
 ASSIGNABLE = ("torch.backends.",)  # global switches a solution may set (precision is judged anyway)
 MULTICAST = re.compile(r"multimem|multicast|cuMulticast|NVLS", re.IGNORECASE)
+MAX_SOURCE_CHARS = 1_000_000
 NCCL_IN_CUDA = re.compile(r"\bnccl[A-Z]\w*\s*\(|#\s*include\s*[<\"]nccl")
 
 
@@ -47,17 +48,24 @@ class Verdict:
 
 
 def check_source(source: str, filename: str = "solution.py", allow_nccl: bool = False) -> Verdict:
+    if len(source) > MAX_SOURCE_CHARS:
+        return Verdict("build_failed", f"{filename} is {len(source)} characters long; a solution may have at most {MAX_SOURCE_CHARS}")
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as error:
         return Verdict("build_failed", f"{filename} line {error.lineno}: SyntaxError: {error.msg}")
+    except (ValueError, RecursionError, MemoryError, OverflowError) as error:  # null bytes, nesting too deep for the parser
+        return Verdict("build_failed", f"{filename} cannot be parsed: {type(error).__name__}: {str(error)[:200]}")
     if not _defines_solution(tree):
         return Verdict("rejected", f"{filename} defines no top-level function `solution`")
-    module_aliases = _module_aliases(tree)
-    for node in ast.walk(tree):
-        problem = _check_node(node, module_aliases, allow_nccl)
-        if problem:
-            return Verdict("rejected", f"{filename} line {getattr(node, 'lineno', '?')}: {problem}")
+    try:
+        module_aliases = _module_aliases(tree)
+        for node in ast.walk(tree):
+            problem = _check_node(node, module_aliases, allow_nccl)
+            if problem:
+                return Verdict("rejected", f"{filename} line {getattr(node, 'lineno', '?')}: {problem}")
+    except (RecursionError, MemoryError) as error:
+        return Verdict("build_failed", f"{filename} is nested too deeply to check: {type(error).__name__}")
     return Verdict("ok")
 
 

@@ -1,0 +1,128 @@
+"""The calls of an evaluation as the parent holds them: each call's inputs on every rank (the
+sealed blobs the reference made), what the reference expects where it was asked, and what a
+candidate rank showed when asked to reveal a call.
+
+Keys, never seen by a rank, name the calls: a trial's key mixes its public seed with the host
+secret (reproducible on this host, unguessable elsewhere); timed calls take keys from a counter
+mixed the same way; which timed calls are checked is drawn from the system's randomness, so not
+even a rerun of the same evaluation predicts it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.harness.seeds import mixed_seed
+from sandbox.rank import wire
+
+MAX_EXPECTED_BYTES = 64 * 2**30
+TIMED_KEY_BASE = 10_000
+
+
+class CallPlan:
+    def __init__(self, secret: bytes, seed: int, trials: int):
+        self.secret, self.seed, self.trials = secret, seed, trials
+        self._next = 0
+        self._chooser = random.SystemRandom()
+
+    def trial_keys(self) -> list[int]:
+        return [mixed_seed(self.seed + t, self.secret) for t in range(self.trials)]
+
+    def recheck_key(self) -> int:
+        return mixed_seed(self.seed + self.trials, self.secret)
+
+    def fresh_keys(self, count: int) -> list[int]:
+        keys = [mixed_seed(self.seed + TIMED_KEY_BASE + self._next + i, self.secret) for i in range(count)]
+        self._next += count
+        return keys
+
+    def rng(self, key: int) -> int:
+        """The global RNG seed a call runs under (reference and candidate alike): derived from the
+        secret apart from the inputs' key, so knowing it tells nothing about the inputs."""
+        return int.from_bytes(hashlib.sha256(self.secret + b"global-rng" + key.to_bytes(8, "little")).digest()[:7], "little")
+
+    def checked(self, count: int, share: float) -> list[int]:
+        """A secret choice of which of ``count`` calls get checked (at least one)."""
+        return sorted(self._chooser.sample(range(count), max(1, min(count, round(count * share)))))
+
+
+@dataclass
+class Expected:
+    """The reference's answer for one call on one rank: ``expected`` (upcast outputs, then the
+    final state of each input it updates in place, ``mutated`` by leaf index), their native
+    shapes and dtypes, and how far the native-precision run is from the upcast one."""
+
+    expected: list
+    outputs: int
+    mutated: list[int]
+    shapes: list[tuple[int, ...]]
+    dtypes: list[str]
+    native_max_abs_err: list[float]
+    native_rms_err: list[float]
+    nearly_constant_inputs: bool = False
+    native: list | None = None
+
+    @classmethod
+    def read(cls, summary: dict[str, Any], fd: int) -> "Expected":
+        with wire.Blob(fd, MAX_EXPECTED_BYTES) as blob:
+            tensors = blob.tensors()
+        count = len(summary["shapes"])
+        return cls(expected=tensors[:count], outputs=summary["outputs"], mutated=list(summary["mutated"]),
+                   shapes=[tuple(s) for s in summary["shapes"]], dtypes=list(summary["dtypes"]),
+                   native_max_abs_err=[float(v) for v in summary["native_max_abs_err"]],
+                   native_rms_err=[float(v) for v in summary["native_rms_err"]],
+                   nearly_constant_inputs=bool(summary.get("nearly_constant_inputs")),
+                   native=tensors[count:] or None)
+
+
+@dataclass
+class Call:
+    """One call: its key, RNG seed, inputs blob per rank (owned here), and the reference's
+    expectation per rank where it was asked for one."""
+
+    label: int  # shown in reports: trial number, or the timed call's number
+    key: int
+    rng: int
+    inputs: list[int] = field(default_factory=list)
+    expected: list[Expected | None] = field(default_factory=list)
+
+    def close(self) -> None:
+        for fd in self.inputs:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.inputs = []
+
+
+@dataclass
+class Revealed:
+    """What a candidate rank showed of one call: its outputs and its inputs' final state."""
+
+    outputs: list
+    inputs: list
+    input_bytes: list[bytes]
+    input_specs: list[dict[str, Any]]
+
+    @classmethod
+    def read(cls, fd: int, max_bytes: int) -> "Revealed":
+        with wire.Blob(fd, max_bytes) as blob:
+            count = blob.tree.get("outputs") if isinstance(blob.tree, dict) else None
+            if not isinstance(count, int) or not 0 <= count <= len(blob.specs):
+                raise wire.WireError("a revealed call without its output count")
+            tensors = blob.tensors()
+            return cls(outputs=tensors[:count], inputs=tensors[count:],
+                       input_bytes=[blob.raw(i) for i in range(count, len(blob.specs))], input_specs=blob.specs[count:])
+
+    def commitment(self) -> str:
+        return wire.commitment([*self.outputs, *self.inputs])
+
+
+def original_inputs(fd: int) -> tuple[list[bytes], list[dict[str, Any]]]:
+    """The bytes and descriptions of the tensors in a call's input blob (as the reference made them)."""
+    with wire.Blob(fd, MAX_EXPECTED_BYTES) as blob:
+        return [blob.raw(i) for i in range(len(blob.specs))], blob.specs

@@ -1,0 +1,229 @@
+"""A group of rank processes (reference or candidate) driven by the harness parent.
+
+The parent makes one SEQPACKET socketpair and one log pipe per rank, starts the group's zygote
+with the child ends (the candidate's inside its jail), and keeps the other ends: there is no
+socket anyone can connect to. Every command goes to all ranks and waits for one reply each,
+validated (sandbox.harness.messages), serving compile requests meanwhile, noticing ranks that
+die, and raising :class:`StageTimeout` when the stage's time is up (the caller then kills the
+group: the whole tree ends with its zygote or jail). What ranks print is read through pipes and
+capped as it is read (head and tail kept).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import structlog
+
+from sandbox.backends.base import CappedReader
+from sandbox.harness import messages as m
+from sandbox.harness.compile_server import CompileServer
+from sandbox.rank.wire import Channel, ChannelClosed, WireError
+
+log = structlog.get_logger(__name__)
+
+FAILURE_GRACE_S = 3.0  # after one rank fails, how long the others get to report before the kill
+LOG_LIMIT_BYTES = 2 * 2**20
+
+
+class StageTimeout(Exception):
+    def __init__(self, stage: str, timeout_s: float, pending: list[int]):
+        super().__init__(f"{stage} did not finish within {timeout_s:.0f} s; ranks {pending} never answered")
+        self.stage, self.timeout_s, self.pending = stage, timeout_s, pending
+
+
+@dataclass
+class RankFailure:
+    """A rank that raised, died or broke the protocol."""
+
+    rank: int
+    kind: str  # build, call, harness, died, violation
+    message: str
+    text: str = ""
+
+
+@dataclass
+class Answer:
+    """One rank's reply to a command, and the descriptors that came with it (owned by the caller)."""
+
+    rank: int
+    reply: m.Reply
+    fds: list[int] = field(default_factory=list)
+
+
+class RankGroup:
+    """``launch(argv, pass_fds, log_fd) -> process`` starts the zygote (``process.kill()``,
+    ``process.poll()``, ``process.measures``) with ``argv`` = [its JSON config]."""
+
+    def __init__(self, role: str, world: int, config: dict[str, Any],
+                 launch: Callable[[list[str], list[int], int], Any], compile_server: CompileServer | None):
+        self.role, self.world = role, world
+        self.compile_server = compile_server
+        self.channels: list[Channel] = []
+        self.readers: list[CappedReader] = []
+        child_fds, entries = [], []
+        for rank in range(world):
+            parent_end, child_end = Channel.pair()
+            log_read, log_write = os.pipe()
+            self.channels.append(parent_end)
+            self.readers.append(CappedReader(os.fdopen(log_read, "rb", buffering=0), LOG_LIMIT_BYTES))
+            child_fds += [child_end.fileno(), log_write]
+            entries.append({"rank": rank, "channel": child_end.fileno(), "log": log_write})
+        zygote_read, zygote_write = os.pipe()
+        self.zygote_log = CappedReader(os.fdopen(zygote_read, "rb", buffering=0), LOG_LIMIT_BYTES)
+        try:
+            self.process = launch([json.dumps({**config, "world": world, "ranks": entries})], child_fds, zygote_write)
+        finally:
+            for fd in child_fds + [zygote_write]:
+                os.close(fd)
+        for reader in [*self.readers, self.zygote_log]:
+            reader.start()
+        self.alive = [True] * world
+        self.closed = False
+
+    # ---------------------------------------------------------------- messaging
+    def send(self, rank: int, message: dict[str, Any], fds: list[int] = ()) -> None:
+        if not self.alive[rank]:
+            return
+        try:
+            self.channels[rank].send(message, fds)
+        except (ChannelClosed, OSError):
+            self.alive[rank] = False
+
+    def ask(self, message: dict[str, Any] | list[dict[str, Any]], expect: type[m.Reply], timeout_s: float, stage: str,
+            fds: list[list[int]] | None = None) -> list[Answer | RankFailure]:
+        """Send ``message`` (one for all, or one per rank) and collect one reply per rank."""
+        self.check_quiet()
+        for rank in range(self.world):
+            self.send(rank, message[rank] if isinstance(message, list) else message, fds[rank] if fds else ())
+        return self.collect(expect, timeout_s, stage)
+
+    def check_quiet(self) -> None:
+        """Nothing may be waiting from a rank between commands: an unasked message is a
+        protocol violation (a rank answering for a call it was not yet given, say)."""
+        live = [c for r, c in enumerate(self.channels) if self.alive[r]]
+        ready, _, _ = select.select(live, [], [], 0) if live else ([], [], [])
+        for channel in ready:
+            rank = self.channels.index(channel)
+            try:
+                pending = channel.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except OSError:
+                continue
+            if not pending:
+                self.alive[rank] = False  # closed: collect() reports the death
+                continue
+            raise m.ProtocolViolation(f"rank {rank} sent a message nobody asked for")
+
+    def collect(self, expect: type[m.Reply], timeout_s: float, stage: str) -> list[Answer | RankFailure]:
+        answers: dict[int, Answer | RankFailure] = {}
+        deadline = time.monotonic() + timeout_s
+        first_failure: float | None = None
+        for rank in range(self.world):
+            if not self.alive[rank]:
+                answers[rank] = RankFailure(rank, "died", self._death(rank))
+                first_failure = first_failure or time.monotonic()
+        while len(answers) < self.world:
+            now = time.monotonic()
+            limit = deadline if first_failure is None else min(deadline, first_failure + FAILURE_GRACE_S)
+            if now >= limit:
+                if first_failure is not None:
+                    break
+                raise StageTimeout(stage, timeout_s, sorted(set(range(self.world)) - set(answers)))
+            waiting = {c.fileno(): r for r, c in enumerate(self.channels) if r not in answers}
+            ready, _, _ = select.select(list(waiting), [], [], limit - now)
+            for fd in ready:
+                rank = waiting[fd]
+                answer = self._receive(rank, expect)
+                if answer is None:
+                    continue  # a compile request, served
+                answers[rank] = answer
+                if isinstance(answer, RankFailure) and first_failure is None:
+                    first_failure = time.monotonic()
+        for rank in range(self.world):
+            answers.setdefault(rank, RankFailure(rank, "died", f"rank {rank} stopped answering after another rank failed"))
+        return [answers[rank] for rank in range(self.world)]
+
+    def _receive(self, rank: int, expect: type[m.Reply]) -> Answer | RankFailure | None:
+        try:
+            message, fds = self.channels[rank].recv()
+        except ChannelClosed:
+            self.alive[rank] = False
+            return RankFailure(rank, "died", self._death(rank))
+        except WireError as error:
+            return RankFailure(rank, "violation", f"rank {rank} broke the wire format: {error}")
+        try:
+            reply = m.parse_reply(message)
+            if isinstance(reply, m.CompileRequest):
+                self._serve_compile(rank, reply)
+                _close(fds)
+                return None
+            if isinstance(reply, m.Failed):
+                _close(fds)
+                return RankFailure(rank, reply.kind, reply.message, reply.text)
+            if not isinstance(reply, expect):
+                raise m.ProtocolViolation(f"rank {rank} answered {reply.type!r} where {expect.__name__} was due")
+        except m.ProtocolViolation as violation:
+            _close(fds)
+            return RankFailure(rank, "violation", str(violation))
+        return Answer(rank, reply, fds)
+
+    def _serve_compile(self, rank: int, request: m.CompileRequest) -> None:
+        if self.compile_server is None:
+            self.send(rank, {"type": "compiled", "id": request.id, "ok": False, "log": "compiling is not available here"})
+            return
+        result = self.compile_server.build(request.kind, request.payload)
+        self.send(rank, {"type": "compiled", "id": request.id, "ok": result.ok, "path": result.path, "log": result.log[-100_000:]})
+
+    def _death(self, rank: int) -> str:
+        code = self.process.poll()
+        where = "" if code is None else f"; its group's launcher exited with code {code}"
+        return f"rank {rank} ended without answering (killed, out of memory, or os._exit){where}"
+
+    # ---------------------------------------------------------------- logs and lifecycle
+    def rank_log(self, rank: int) -> str:
+        return self.readers[rank].text()
+
+    def launcher_log(self) -> str:
+        return self.zygote_log.text()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Ask ranks to exit, then end the whole tree."""
+        if self.closed:
+            return
+        for rank in range(self.world):
+            self.send(rank, {"type": "exit"})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.process.poll() is None:
+            time.sleep(0.02)
+        self.kill()
+
+    def kill(self) -> None:
+        if self.closed:
+            return
+        self.process.kill()
+        for channel in self.channels:
+            channel.close()
+        for reader in [*self.readers, self.zygote_log]:
+            reader.join(2.0)
+        self.closed = True
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def close_answers(answers: list[Answer | RankFailure]) -> None:
+    for answer in answers:
+        if isinstance(answer, Answer):
+            _close(answer.fds)
+            answer.fds = []

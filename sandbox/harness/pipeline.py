@@ -1,0 +1,549 @@
+"""The harness pipeline: static checks -> start-up -> build -> correctness (-> stress) ->
+performance -> recheck -> profile. Runs in the trusted parent; stops at the first failure and
+says precisely why.
+
+Two groups of rank processes serve it: the reference's (trusted: the input maker and the judge's
+expectations) and the candidate's (hostile, in its jail). Every call a candidate rank makes has
+inputs the reference drew under a secret key and handed over as sealed plain data; correctness
+trials, back-to-back calls, timed calls and the re-check are all the same kind of call, and the
+candidate commits to each call's outputs when the call ends, before knowing whether it will be
+asked to show them. Timed calls are interleaved with the reference's, round by round, on the
+same inputs, and the claimed times are checked against the parent's own clock
+(sandbox/harness/timing.py). Expected outputs never exist in a process the candidate controls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kloop_runtime import settings
+from problems import get_problem, load_ref
+from problems.spec import Problem
+from sandbox import performance, topology
+from sandbox.harness import messages as m
+from sandbox.harness import timing
+from sandbox.harness.calls import Call, CallPlan, Expected, Revealed
+from sandbox.harness.compile_server import CompileServer
+from sandbox.harness.config import HarnessConfig
+from sandbox.harness.groups import Answer, RankFailure, RankGroup, StageTimeout, close_answers
+from sandbox.harness.judge import Verdict, judge
+from sandbox.harness.launch import candidate_launcher, reference_launcher
+from sandbox.harness.sealed_cache import SealedCache, cache_key
+from sandbox.harness.seeds import host_secret
+from sandbox.harness.static_checks import check_source
+from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
+from sandbox.nvml import gpu_model_name
+from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
+
+log = structlog.get_logger(__name__)
+
+ROUND_BYTES = 2 * 2**30  # a round's inputs, per rank, at most (each call has its own)
+MAX_ROUND_CALLS = 16
+CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
+PROFILED_CALLS = 5
+MAX_REVEAL_BYTES = 64 * 2**30
+STAGES = ("static", "build", "correctness", "stress", "performance", "recheck", "profile")
+
+
+class Evaluation:
+    def __init__(self, config: HarnessConfig, workdir: Path, problem: Problem | None = None):
+        self.config = config
+        self.workdir = workdir.resolve()
+        self.problem = problem or (load_ref(config.problem_ref) if config.problem_ref else get_problem(config.problem))
+        self.dtype = config.dtype or self.problem.spec.dtype
+        self.size = config.resolved_size()
+        self.shape = self.problem.shape(self.size)
+        self.cache_root = (config.cache_dir or settings.cache_root()).resolve()
+        self.secret = host_secret(self.cache_root)
+        self.plan = CallPlan(self.secret, config.seed, config.trials)
+        self.groups: list[RankGroup] = []
+        self.compile_server: CompileServer | None = None
+        self.rounds = 0
+        self.device_name = "cpu"
+        self.report = EvalReport(
+            status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
+            dtype=self.dtype, size=self.size, trials=config.trials, public_seeds=[config.seed + t for t in range(config.trials)],
+        )
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> EvalReport:
+        started = time.monotonic()
+        try:
+            self._timed_stage("static", self._static_checks)
+            self._timed_stage("startup", self._start)
+            self._timed_stage("build", self._build)
+            self._timed_stage("correctness", self._correctness)
+            if self.config.stress_calls:
+                self._timed_stage("stress", self._stress)
+            if self.config.is_timed():
+                self._timed_stage("performance", self._performance)
+            self._timed_stage("recheck", self._recheck)
+            if self.config.is_profiled():
+                self._timed_stage("profile", self._profile)
+            self.report.stage = "done"
+            self.report.status = "correct"
+            self.report.message = self._success_message()
+        except Verdict as verdict:
+            self._apply(verdict)
+        except m.ProtocolViolation as violation:
+            self._apply(Verdict("rejected", f"the candidate broke the harness protocol: {violation}"))
+        except StageTimeout as timeout:
+            self.report.status = "timeout"
+            self.report.message = f"{timeout}: a spin-wait that never got its signal, a deadlock between ranks, or just too slow"
+        finally:
+            teardown = time.monotonic()
+            for group in self.groups:
+                group.close(timeout_s=3.0)
+            self._attach_logs()
+            if self.compile_server is not None:
+                self.report.compiles = CompileStats(requests=self.compile_server.requests, distinct=self.compile_server.distinct,
+                                                    failed=self.compile_server.failed)
+            if self.report.status != "correct":
+                self.report.speedup = None
+                self.report.speedup_ci = None
+            self.report.stage_wall_s["teardown"] = round(time.monotonic() - teardown, 3)
+            self.report.wall_s = round(time.monotonic() - started, 3)
+        return self.report
+
+    def _apply(self, verdict: Verdict) -> None:
+        self.report.status = verdict.status
+        self.report.message = verdict.message
+        for name, value in verdict.fields.items():
+            if name == "notes":
+                self.report.notes.extend(value)
+            else:
+                setattr(self.report, name, value)
+
+    def _timed_stage(self, name: str, stage) -> None:
+        if name in STAGES:
+            self.report.stage = name
+        started = time.monotonic()
+        try:
+            stage()
+        finally:
+            self.report.stage_wall_s[name] = round(time.monotonic() - started, 3)
+
+    # ------------------------------------------------------------------ static checks and start-up
+    def _static_checks(self) -> None:
+        path = self.workdir / self.config.solution
+        try:
+            self.source = path.read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise Verdict("build_failed", f"cannot read the solution {self.config.solution}: {error}") from None
+        result = check_source(self.source, self.config.solution.name, allow_nccl=self.config.allow_nccl)
+        if result.status != "ok":
+            raise Verdict(result.status, result.message)
+
+    def _start(self) -> None:
+        config = self.config
+        self.candidate_dir = self.workdir / "candidate"
+        reference_dir = self.workdir / "reference"
+        for folder in (self.candidate_dir / "tmp", self.candidate_dir / "build", reference_dir / "tmp"):
+            folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.workdir / config.solution, self.candidate_dir / "solution.py")
+        if config.device != "cpu":
+            self.device_name = gpu_model_name() or "unknown-gpu"
+        self.compile_server = CompileServer(self.cache_root / "compile", self.secret, self.candidate_dir / "build")
+        base = {"mode": config.device, "dtype": self.dtype, "shape": self.shape}
+        self.reference = self._group("reference", {
+            **base, "store": str(reference_dir / "store"), "collectives": True, "on_cpu": config.device == "emulate",
+            "problem_ref": self.problem.ref}, reference_launcher(reference_dir, config.device))
+        self.candidate = self._group("candidate", {
+            **base, "store": str(self.candidate_dir / "store"), "collectives": config.allow_nccl},
+            candidate_launcher(self.candidate_dir, config.device, "loopback" if config.allow_nccl else "none"))
+        self.report.isolation = list(self.candidate.process.measures)
+        ready_ref = self._expect(self.reference.collect(m.Ready, config.timeouts.startup_s, "reference start-up"), "reference")
+        ready_cand = self._candidate(self.candidate.collect(m.Ready, config.timeouts.startup_s, "start-up"))
+        self.overheads = {"reference": [a.reply.overhead_ms for a in ready_ref], "candidate": [a.reply.overhead_ms for a in ready_cand]}
+        if config.device == "cuda" and config.world > 1 and not all(a.reply.device_barrier for a in ready_cand + ready_ref):
+            self.report.notes.append("ranks were aligned by the harness's messages only (no device barrier): timings of short "
+                                     "calls carry the ranks' start skew")
+
+    def _group(self, role: str, config: dict[str, Any], launch) -> RankGroup:
+        group = RankGroup(role, self.config.world, config, launch, self.compile_server if role == "candidate" else None)
+        self.groups.append(group)
+        return group
+
+    # ------------------------------------------------------------------ failures
+    def _expect(self, answers: list[Answer | RankFailure], role: str) -> list[Answer]:
+        """The reference's answers; a reference failure says what the reference could not do."""
+        for answer in answers:
+            if isinstance(answer, RankFailure):
+                close_answers(answers)
+                raise Verdict("crashed", reference_failure_message(answer),
+                              logs=[LogExcerpt.of(f"{role} rank {answer.rank}", answer.text or self.reference.rank_log(answer.rank))])
+        return answers  # type: ignore[return-value]
+
+    def _candidate(self, answers: list[Answer | RankFailure]) -> list[Answer]:
+        failures = [a for a in answers if isinstance(a, RankFailure)]
+        if not failures:
+            return answers  # type: ignore[return-value]
+        close_answers(answers)
+        if self.compile_server is not None and self.compile_server.refused:
+            raise Verdict("rejected", self.compile_server.refused)
+        primary = next((f for f in failures if "after another rank failed" not in f.message), failures[0])
+        verdicts = [RankVerdict(rank=a.rank, ok=not isinstance(a, RankFailure), message=getattr(a, "message", ""))
+                    for a in answers]
+        if primary.kind == "violation":
+            raise Verdict("rejected", f"rank {primary.rank}: {primary.message}", ranks=verdicts)
+        if primary.kind == "build":
+            raise Verdict("build_failed", f"rank {primary.rank}: {primary.message}", ranks=verdicts,
+                          build_log=LogExcerpt.of("build", primary.text, keep_chars=6000))
+        message = f"rank {primary.rank} crashed: {primary.message}"
+        if "error_on_collective" in primary.message or "FakeProcessGroup collective" in primary.message:
+            message = (f"rank {primary.rank} called a torch.distributed collective, and this run does not allow them "
+                       "(--allow-nccl is off): write the communication yourself")
+        raise Verdict("crashed", message, ranks=verdicts,
+                      logs=[LogExcerpt.of(f"rank {primary.rank} traceback", primary.text)] if primary.text else [])
+
+    # ------------------------------------------------------------------ build
+    def _build(self) -> None:
+        timeout = self.config.timeouts.build_s
+        for rank in range(self.config.world):
+            self.reference.send(rank, {"type": "load"})
+        self._candidate(self.candidate.ask({"type": "load", "path": str(self.candidate_dir / "solution.py"),
+                                            "sys_path": self._candidate_path()}, m.Loaded, timeout, "build"))
+        self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
+
+    def _candidate_path(self) -> list[str]:
+        paths = [str(self.candidate_dir)]
+        if self.problem.compat == "pkb":  # candidates written for ParallelKernelBench import its utils.cuda_helpers
+            from kloop_runtime import pkb_shim
+
+            paths.append(str(pkb_shim.ROOT))
+        return paths
+
+    # ------------------------------------------------------------------ calls
+    def _make(self, keys: list[int], checked: set[int], labels: list[int], native: bool = False,
+              perturb: list[int | None] | None = None) -> list[Call]:
+        """The reference draws each call's inputs (and, for the ``checked`` ones, its expectations)."""
+        calls = [Call(label=label, key=key, rng=self.plan.rng(key)) for label, key in zip(labels, keys)]
+        message = {"type": "make", "calls": [
+            {"key": c.key, "rng": c.rng, "expect": i in checked, "native": native, "perturb": (perturb or [None] * len(calls))[i]}
+            for i, c in enumerate(calls)]}
+        answers = self._expect(self.reference.ask(message, m.Made, self.config.timeouts.correctness_s, "reference inputs"),
+                               "reference")
+        for answer in answers:
+            fds = list(answer.fds)
+            for call, summary in zip(calls, answer.reply.calls):
+                call.inputs.append(fds.pop(0))
+                call.expected.append(Expected.read(summary, fds.pop(0)) if summary["expect"] else None)
+        return calls
+
+    def _stage(self, group: RankGroup, round_id: int, calls: list[Call], stage: str) -> float:
+        fds = [[call.inputs[rank] for call in calls] for rank in range(self.config.world)]
+        started = time.perf_counter()
+        answers = group.ask({"type": "stage", "round": round_id}, m.Staged, self.config.timeouts.correctness_s, stage, fds=fds)
+        wall = (time.perf_counter() - started) * 1000.0
+        self._checked(group, answers)
+        return wall
+
+    def _checked(self, group: RankGroup, answers: list[Answer | RankFailure]) -> list[Answer]:
+        return self._candidate(answers) if group is self.candidate else self._expect(answers, "reference")
+
+    def _call(self, group: RankGroup, round_id: int, index: int, call: Call, stage: str, flush: bool) -> tuple[list[float], list[str], float]:
+        """One timed call on every rank: (claimed ms per rank, commitments per rank, the parent's wall ms)."""
+        started = time.perf_counter()
+        answers = group.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng, "flush": flush}, m.Done,
+                            self.config.timeouts.correctness_s, stage)
+        wall = (time.perf_counter() - started) * 1000.0
+        done = self._checked(group, answers)
+        for answer in done:
+            if answer.reply.round != round_id or answer.reply.index != index:
+                raise m.ProtocolViolation(f"rank {answer.rank} answered for another call")
+        return [a.reply.ms for a in done], [a.reply.checksum for a in done], wall
+
+    def _burst(self, group: RankGroup, round_id: int, calls: list[Call], start: int, stage: str) -> list[list[str]]:
+        answers = self._checked(group, group.ask({"type": "burst", "round": round_id, "start": start,
+                                                  "rng": [c.rng for c in calls]}, m.BurstDone, self.config.timeouts.correctness_s, stage))
+        count = len(calls) - start
+        if any(len(a.reply.checksums) != count for a in answers):
+            raise m.ProtocolViolation("a rank committed to the wrong number of back-to-back calls")
+        return [[a.reply.checksums[i] for a in answers] for i in range(count)]
+
+    def _reveal(self, round_id: int, indices: list[int], stage: str) -> list[list[Revealed]]:
+        answers = self._candidate(self.candidate.ask({"type": "reveal", "round": round_id, "indices": indices}, m.Revealed,
+                                                     self.config.timeouts.correctness_s, stage))
+        shown: list[list[Revealed]] = [[] for _ in indices]
+        try:
+            for answer in answers:
+                if answer.reply.indices != indices or len(answer.fds) != len(indices):
+                    raise m.ProtocolViolation(f"rank {answer.rank} revealed other calls than those asked for")
+                for position, fd in enumerate(answer.fds):
+                    shown[position].append(Revealed.read(fd, MAX_REVEAL_BYTES))
+        except (ValueError, TypeError, OSError) as error:
+            raise m.ProtocolViolation(f"a revealed call could not be read: {error}") from None
+        finally:
+            close_answers(answers)
+        return shown
+
+    def _drop(self, group: RankGroup, round_id: int) -> None:
+        self._checked(group, group.ask({"type": "drop", "round": round_id}, m.Dropped, self.config.timeouts.correctness_s, "drop"))
+
+    def _next_round(self) -> int:
+        self.rounds += 1
+        return self.rounds
+
+    def _compare_device(self):
+        import torch
+
+        return torch.device("cuda", 0) if self.config.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
+
+    def _judge(self, calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], **hints: Any) -> list[RankVerdict]:
+        return judge(calls, revealed, committed, self.problem.spec, self._compare_device(), **hints)
+
+    # ------------------------------------------------------------------ stages
+    def _correctness(self) -> None:
+        """Every trial checked: the first call isolated (synced and aligned), the rest back to back."""
+        trials = self.config.trials
+        calls = self._make(self.plan.trial_keys(), set(range(trials)), list(range(trials)))
+        try:
+            self._note_weak_inputs(calls)
+            round_id = self._next_round()
+            self._stage(self.candidate, round_id, calls, "correctness")
+            _, first, _ = self._call(self.candidate, round_id, 0, calls[0], "correctness", flush=False)
+            committed = [first] + (self._burst(self.candidate, round_id, calls, 1, "correctness") if trials > 1 else [])
+            revealed = self._reveal(round_id, list(range(trials)), "correctness")
+            self._drop(self.candidate, round_id)
+            self.report.ranks = self._judge(calls, revealed, committed, back_to_back_from=1)
+        finally:
+            for call in calls:
+                call.close()
+
+    def _stress(self) -> None:
+        done, batch = 0, MAX_ROUND_CALLS
+        while done < self.config.stress_calls:
+            count = min(batch, self.config.stress_calls - done)
+            calls = self._make(self.plan.fresh_keys(count), set(range(count)), list(range(1000 + done, 1000 + done + count)))
+            try:
+                round_id = self._next_round()
+                self._stage(self.candidate, round_id, calls, "stress")
+                committed = self._burst(self.candidate, round_id, calls, 0, "stress")
+                revealed = self._reveal(round_id, list(range(count)), "stress")
+                self._drop(self.candidate, round_id)
+                self._judge(calls, revealed, committed, note=f"wrong within back-to-back calls {done + 1}-{done + count} of the "
+                            f"stress run ({self.config.stress_calls} calls); the correctness trials before it passed")
+            finally:
+                for call in calls:
+                    call.close()
+            done += count
+        self.report.notes.append(f"stress: {done} back-to-back calls on fresh inputs, all outputs checked")
+
+    def _performance(self) -> None:
+        config = self.config
+        size = self._round_size()
+        reference = timing.Series(self.overheads["reference"])
+        candidate = timing.Series(self.overheads["candidate"])
+        deadline = time.monotonic() + config.timing_budget_s
+        self._timed_round_pair(min(max(config.warmup, 1), size), None, None, 0)  # warm-up: kept out of the numbers
+        pair = 0
+        while True:
+            pair += 1
+            self._timed_round_pair(size, reference, candidate, pair)
+            calls_done = sum(len(r.wall_ms) for r in candidate.rounds)
+            if calls_done >= config.iterations or (time.monotonic() > deadline and calls_done >= 10 and pair >= 2):
+                break
+        try:
+            self.report.timing_check = timing.check_clock(candidate, reference, config.device)
+        except timing.TimingRejected as rejected:
+            raise Verdict("rejected", str(rejected)) from None
+        self.report.reference_timing = self._timing(reference)
+        self.report.candidate_timing = self._timing(candidate)
+        ref, cand = self.report.reference_timing, self.report.candidate_timing
+        if cand.median_ms > 0:
+            self.report.speedup = round(ref.median_ms / cand.median_ms, 4)
+            low, high = timing.speedup_interval(reference, candidate)
+            self.report.speedup_ci = [round(low, 4), round(high, 4)]
+        self._roofline(cand)
+
+    def _round_size(self) -> int:
+        probe = self._make(self.plan.fresh_keys(1), set(), [0])
+        try:
+            import os
+
+            nbytes = max(os.fstat(fd).st_size for fd in probe[0].inputs)
+        finally:
+            probe[0].close()
+        return max(1, min(MAX_ROUND_CALLS, ROUND_BYTES // max(nbytes, 1)))
+
+    def _timed_round_pair(self, count: int, reference: timing.Series | None, candidate: timing.Series | None, pair: int) -> None:
+        checked = set(self.plan.checked(count, CHECKED_SHARE))
+        base = 2000 + 100 * pair
+        calls = self._make(self.plan.fresh_keys(count), checked, list(range(base, base + count)))
+        try:
+            groups = [(self.reference, reference), (self.candidate, candidate)]
+            for group, series in (groups if pair % 2 else groups[::-1]):
+                record = self._timed_round(group, calls, sorted(checked) if group is self.candidate else [])
+                if series is not None:
+                    series.rounds.append(record)
+        finally:
+            for call in calls:
+                call.close()
+
+    def _timed_round(self, group: RankGroup, calls: list[Call], reveal: list[int]) -> timing.Round:
+        stage = "performance" if group is self.candidate else "reference timing"
+        round_id = self._next_round()
+        record = timing.Round(stage_ms=self._stage(group, round_id, calls, stage))
+        committed = []
+        for index, call in enumerate(calls):
+            claims, commitments, wall = self._call(group, round_id, index, call, stage, flush=True)
+            record.claimed_ms.append(claims)
+            record.wall_ms.append(wall)
+            committed.append(commitments)
+        if reveal:
+            revealed = self._reveal(round_id, reveal, stage)
+            self._judge([calls[i] for i in reveal], revealed, [committed[i] for i in reveal],
+                        note="wrong on a call checked during timing, though correct on the trials: outputs that depend on "
+                             "being timed, repeated or counted")
+        self._drop(group, round_id)
+        return record
+
+    def _timing(self, series: timing.Series) -> Timing:
+        steps = series.steps()
+        quartiles = statistics.quantiles(steps, n=4) if len(steps) > 1 else [steps[0]] * 3
+        return Timing(median_ms=round(statistics.median(steps), 6), iqr_ms=round(quartiles[2] - quartiles[0], 6),
+                      min_ms=round(min(steps), 6), per_rank_median_ms=[round(v, 6) for v in series.per_rank_medians()],
+                      iterations=len(steps), warmup=min(max(self.config.warmup, 1), len(series.rounds[0].wall_ms)),
+                      input_sets=len(steps), sync_overhead_ms=round(max(series.overheads_ms), 6), rounds=len(series.rounds),
+                      l2_policy="flushed before every call" if self.config.device == "cuda" else "not flushed (cpu)")
+
+    def _roofline(self, cand: Timing) -> None:
+        if self.config.device != "cuda":
+            return
+        topo = topology.host_topology(self.config.world, self.device_name, self.cache_root)
+        cost = self.problem.cost_at(self.config.world, self.size, self.dtype)
+        bound = topology.roofline_for(topo, cost)
+        if bound is None:
+            return  # the problem has no cost model (e.g. ParallelKernelBench's): no roofline
+        impossible = timing.faster_than_hardware(cand.median_ms, bound.bound_ms)
+        if impossible:
+            raise Verdict("rejected", impossible)
+        self.report.roofline = bound
+        self.report.roofline_fraction = round(bound.bound_ms / cand.median_ms, 4) if cand.median_ms else None
+        if cost.comm_bytes and cand.median_ms:
+            self.report.achieved_comm_gbps = round(cost.comm_bytes / (cand.median_ms * 1e-3) / 1e9, 2)
+        self._analyse()
+
+    def _analyse(self) -> None:
+        report = self.report
+        if report.roofline is None:
+            return
+        if report.candidate_timing is not None:
+            report.analysis = performance.analyse(report.candidate_timing, report.roofline, report.profile)
+        if report.reference_timing is not None:
+            report.reference_analysis = performance.analyse(report.reference_timing, report.roofline, report.reference_profile)
+
+    def _recheck(self) -> None:
+        key = self.plan.recheck_key()
+        label = self.config.trials
+        calls = self._make([key], {0}, [label])
+        try:
+            round_id = self._next_round()
+            self._stage(self.candidate, round_id, calls, "recheck")
+            _, committed, _ = self._call(self.candidate, round_id, 0, calls[0], "recheck", flush=False)
+            revealed = self._reveal(round_id, [0], "recheck")
+            self._drop(self.candidate, round_id)
+            self._judge(calls, revealed, [committed], note="correct before timing, wrong on fresh inputs after many calls: state "
+                        "that drifts across calls (counters, flags, cached buffers)?" if self.config.is_timed() else None)
+        finally:
+            calls[0].close()
+
+    # ------------------------------------------------------------------ profile
+    def _profile(self) -> None:
+        cache = SealedCache(self.cache_root / "profiles", self.secret)
+        identity = dict(problem=self.problem.name, version=self.problem.source_hash(), world=self.config.world, size=self.size,
+                        dtype=self.dtype, device=self.config.device, gpu=self.device_name)
+        ref_key = cache_key(role="reference", **identity)
+        cand_key = cache_key(role="candidate", source=hashlib.sha256(self.source.encode()).hexdigest(), **identity)
+        use = self.config.profile_cache
+        cached_ref, cached_cand = (cache.load(ref_key), cache.load(cand_key)) if use else (None, None)
+        self.report.reference_profile = ProfileSummary(**cached_ref) if cached_ref else self._profile_group(self.reference)
+        self.report.profile = ProfileSummary(**cached_cand) if cached_cand else self._profile_group(self.candidate)
+        self.report.profile_cache = "off" if not use else ("hit" if cached_ref and cached_cand else "miss")
+        for key, cached, summary in ((ref_key, cached_ref, self.report.reference_profile), (cand_key, cached_cand, self.report.profile)):
+            if use and summary is not None and not cached:
+                cache.store(key, summary.model_dump())
+        if self.report.profile is not None and not self.config.allow_nccl:
+            nccl = [k.name for k in self.report.profile.kernels if k.name.lower().startswith("nccl")]
+            if nccl:
+                raise Verdict("rejected", f"NCCL kernels ran in the solution ({nccl[0]}), and this run does not allow NCCL")
+        self._analyse()
+
+    def _profile_group(self, group: RankGroup) -> ProfileSummary | None:
+        """A few calls of every rank under the profiler; the slowest rank's summary."""
+        calls = self._make(self.plan.fresh_keys(PROFILED_CALLS + 1), set(), list(range(PROFILED_CALLS + 1)))
+        role = group.role
+        try:
+            round_id = self._next_round()
+            self._stage(group, round_id, calls, f"{role} profile")
+            answers = group.ask({"type": "profile", "round": round_id, "rng": calls[0].rng}, m.Profiled,
+                                self.config.timeouts.profile_s, f"{role} profile")
+            done = [a for a in answers if isinstance(a, Answer)]
+            if len(done) != len(answers):
+                failure = next(a for a in answers if isinstance(a, RankFailure))
+                self.report.notes.append(f"profiling the {role} failed: {failure.message}")
+                return None
+            self._drop(group, round_id)
+        finally:
+            for call in calls:
+                call.close()
+        timing_ = self.report.candidate_timing if role == "candidate" else self.report.reference_timing
+        medians = timing_.per_rank_median_ms if timing_ is not None else []
+        rank = max(range(len(medians)), key=medians.__getitem__) if len(medians) == len(done) else 0
+        reply = done[rank].reply
+        activities = [performance.DeviceActivity(name, start, end) for name, start, end in reply.activities]
+        wall_us = statistics.median(reply.wall_ms) * 1000.0 if reply.wall_ms else None
+        return performance.summarize_activities(activities, max(reply.calls, 1), wall_us, rank)
+
+    # ------------------------------------------------------------------ report
+    def _note_weak_inputs(self, calls: list[Call]) -> None:
+        if all(e is not None and e.nearly_constant_inputs for call in calls for e in call.expected):
+            self.report.notes.append(
+                "weak check: on every rank and trial the inputs are nearly constant (each floating input holds at most "
+                f"{NEARLY_CONSTANT_DISTINCT} distinct values, e.g. torch.full(rank + 1) as in ParallelKernelBench's collective "
+                "primitives), so a solution that does not compute from its inputs could still be judged correct")
+
+    def _success_message(self) -> str:
+        parts = [f"correct on all {self.config.world} ranks over {self.config.trials + 1} trials"]
+        if self.report.speedup is not None:
+            low_high = f" (95% CI {self.report.speedup_ci[0]:.2f}-{self.report.speedup_ci[1]:.2f})" if self.report.speedup_ci else ""
+            parts.append(f"{self.report.speedup:.2f}x the reference{low_high}")
+        if self.report.roofline_fraction is not None:
+            parts.append(f"{100 * self.report.roofline_fraction:.0f}% of the roofline")
+        return ", ".join(parts)
+
+    def _attach_logs(self) -> None:
+        candidate = next((g for g in self.groups if g.role == "candidate"), None)
+        if candidate is None:
+            return
+        failing = {v.rank for v in self.report.ranks if not v.ok}
+        for rank in range(self.config.world):
+            text = candidate.rank_log(rank)
+            if text.strip() and (rank in failing or rank == 0 or self.report.status in ("crashed", "timeout")):
+                self.report.logs.append(LogExcerpt.of(f"candidate rank {rank} output", text, keep_chars=2000))
+        launcher = candidate.launcher_log()
+        if launcher.strip() and self.report.status in ("crashed", "timeout"):
+            self.report.logs.append(LogExcerpt.of("candidate launcher", launcher, keep_chars=2000))
+
+
+def reference_failure_message(failure: RankFailure) -> str:
+    """What the reference could not do, in words: a limit of this machine or device mode where it
+    is one (CUDA or triton missing, a gloo restriction), else a harness or problem bug."""
+    text = f"{failure.message}\n{failure.text}"
+    limits = (("Torch not compiled with CUDA", "it needs CUDA, and this torch has none"),
+              ("No CUDA GPUs are available", "it needs a GPU, and this machine has none"),
+              ("Found no NVIDIA driver", "it needs a GPU, and this machine has none"),
+              ("No module named 'triton'", "it needs triton, which is not installed here"),
+              ("ProcessGroupGloo", "gloo (the CPU backend) cannot run one of its collectives"),
+              ("gloo", "gloo (the CPU backend) cannot run one of its collectives"))
+    for needle, why in limits:
+        if needle in text:
+            return f"the problem's reference cannot run here: {why} ({failure.message}); run it where its hardware needs are met"
+    return f"the reference failed on rank {failure.rank}: {failure.message} (a harness or problem bug)"

@@ -1,0 +1,68 @@
+"""A problem's reference on its own: its outputs for given keys, with no candidate (problem lint, tests)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from problems.spec import Problem
+from sandbox.harness import messages as m
+from sandbox.harness.calls import Expected
+from sandbox.harness.groups import RankFailure, RankGroup, close_answers
+from sandbox.harness.judge import Verdict
+from sandbox.harness.launch import reference_launcher
+from sandbox.harness.pipeline import reference_failure_message
+from sandbox.report import LogExcerpt
+
+
+def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tuple[int, ...] = (0,), size: str | None = None,
+                  dtype: str | None = None, include_native: bool = True, timeout_s: float = 300.0,
+                  perturb: tuple[int | None, ...] = ()) -> list[list[Expected]]:
+    """The reference on ``world`` ranks for each seed (the generator's seed, used as the call's
+    key); returns ``[rank][seed]``. ``perturb[i]``, where given and not None, is the index of a
+    floating input that call i replaces by a noisy copy (the same on every rank). Raises Verdict
+    ("crashed") when the reference fails, StageTimeout when it hangs."""
+    size = size or ("default" if device == "cuda" else "small")
+    perturb = tuple(perturb) + (None,) * (len(seeds) - len(perturb))
+    with tempfile.TemporaryDirectory(prefix="kloop-reference-") as tmp:
+        folder = Path(tmp)
+        (folder / "tmp").mkdir()
+        config = {"mode": device, "dtype": dtype or problem.spec.dtype, "shape": problem.shape(size), "store": str(folder / "store"),
+                  "collectives": True, "on_cpu": device == "emulate", "problem_ref": problem.ref}
+        group = RankGroup("reference", world, config, reference_launcher(folder, device), None)
+        try:
+            for expect, stage in ((m.Ready, "reference start-up"), (m.Loaded, "reference load")):
+                if expect is m.Loaded:
+                    answers = group.ask({"type": "load"}, expect, timeout_s, stage)
+                else:
+                    answers = group.collect(expect, timeout_s, stage)
+                _raise_failure(group, answers)
+            calls = [{"key": seed, "rng": seed, "expect": True, "native": include_native, "perturb": p} for seed, p in zip(seeds, perturb)]
+            answers = group.ask({"type": "make", "calls": calls}, m.Made, timeout_s, "reference run")
+            _raise_failure(group, answers)
+            outputs = []
+            for answer in answers:
+                fds = list(answer.fds)
+                per_seed = []
+                for summary in answer.reply.calls:
+                    inputs_fd = fds.pop(0)
+                    per_seed.append(Expected.read(summary, fds.pop(0)))
+                    _close(inputs_fd)
+                outputs.append(per_seed)
+            return outputs
+        finally:
+            group.close()
+
+
+def _raise_failure(group: RankGroup, answers: list) -> None:
+    for answer in answers:
+        if isinstance(answer, RankFailure):
+            close_answers(answers)
+            raise Verdict("crashed", reference_failure_message(answer),
+                          logs=[LogExcerpt.of(f"reference rank {answer.rank}", answer.text or group.rank_log(answer.rank))])
+
+
+def _close(fd: int) -> None:
+    import os
+
+    os.close(fd)

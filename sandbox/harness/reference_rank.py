@@ -1,0 +1,171 @@
+"""A reference rank: the problem's own program, run by the harness as judge and input maker.
+
+Trusted code: it imports the problem (``make_inputs``, the reference). For each call the parent
+names by a secret key it draws the call's inputs and writes them into a blob, the only form in
+which a candidate ever sees them; for the calls the parent will check, it also runs the reference
+twice, in the problem's dtype and on upcast inputs, and sends the upcast outputs (what a solution
+must match) with the native run's own error (how far a solution may be off), and the final state
+of any input the reference updates in place (which a solution must then update the same way).
+Timed like a candidate, through the same rounds, on the same blobs.
+
+``python -m sandbox.harness.reference_rank CONFIG_JSON``; started by the parent outside any jail.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from sandbox.rank import wire
+from sandbox.rank.server import RankServer, flatten_outputs
+from sandbox.rank.zygote import run_ranks
+
+MAX_CALLS_PER_MAKE = 24
+
+
+class ReferenceServer(RankServer):
+    role = "reference"
+
+    def __init__(self, channel: wire.Channel, config: dict[str, Any]):
+        from problems import load_ref
+
+        super().__init__(channel, config)
+        torch = self.torch
+        self.problem = load_ref(config["problem_ref"])
+        self.dtype = getattr(torch, config["dtype"])
+        self.hi_dtype = torch.float64 if self.dtype in (torch.float32, torch.float64) else torch.float32
+        self.shape = config["shape"]
+        self.handlers["make"] = self.make
+
+    def load(self, message: dict[str, Any], fds) -> tuple[dict, list]:
+        message = {**message, "path": str(self.problem.reference_path),
+                   "sys_path": [str(p) for p in self.problem.reference_sys_path]}
+        return super().load(message, fds)
+
+    # ---------------------------------------------------------------- inputs and expected outputs
+    def _inputs(self, key: int) -> tuple:
+        torch = self.torch
+        generator = torch.Generator(device=self.device.device)
+        generator.manual_seed(key)
+        with torch.no_grad():
+            return tuple(self.problem.make_inputs(self.rank, self.world, generator, self.device.device, self.dtype, **self.shape))
+
+    def make(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        """``calls``: [{key, rng, expect, native, perturb}]; per call an input blob and, where
+        ``expect``, an expected-output blob (in that order)."""
+        calls = message["calls"][:MAX_CALLS_PER_MAKE]
+        blobs, described = [], []
+        try:
+            for call in calls:
+                inputs = self._inputs(call["key"])
+                if call.get("perturb") is not None:
+                    inputs = _perturbed(self.torch, inputs, call["perturb"], call["key"])
+                tensors: list = []
+                tree = wire.encode_tree(inputs, tensors)
+                blobs.append(wire.write_blob(tree, tensors, name="inputs"))
+                entry: dict[str, Any] = {"expect": bool(call.get("expect"))}
+                if call.get("expect"):
+                    fd, summary = self._expected(tree, tensors, call["rng"], bool(call.get("native")))
+                    blobs.append(fd)
+                    entry.update(summary)
+                described.append(entry)
+        except BaseException:
+            for fd in blobs:
+                wire_close(fd)
+            raise
+        return {"type": "made", "calls": described}, blobs
+
+    def _expected(self, tree: Any, leaves: list, rng: int, include_native: bool) -> tuple[int, dict[str, Any]]:
+        from sandbox.harness.trees import nearly_constant
+
+        torch = self.torch
+        native_leaves = [t.detach().clone().requires_grad_(t.requires_grad) for t in leaves]
+        native_inputs = wire.decode_tree(tree, native_leaves)
+        self._prepare(rng)
+        native = flatten_outputs(torch, self.fn(*native_inputs))
+        self.device.synchronize()
+        mutated = [i for i, (before, after) in enumerate(zip(leaves, native_leaves)) if not _same(torch, before, after)]
+        if self.problem.spec.upcast:
+            hi_leaves = [t.detach().to(self.hi_dtype).requires_grad_(t.requires_grad) if t.is_floating_point()
+                         else t.detach().clone() for t in leaves]
+            hi_inputs = wire.decode_tree(tree, hi_leaves)
+            self._prepare(rng)
+            expected = flatten_outputs(torch, self.fn(*hi_inputs))
+            self.device.synchronize()
+        else:
+            hi_leaves, expected = native_leaves, native
+        # what a solution must produce: the outputs, then every input the reference updates in place
+        native_all = [*native, *(native_leaves[i] for i in mutated)]
+        expected_all = [*expected, *(hi_leaves[i] for i in mutated)]
+        for value in native_all + expected_all:
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"the reference returned a {type(value).__name__}, not tensors")
+        max_errs, rms_errs, kept = [], [], []
+        for lo, hi in zip(native_all, expected_all):
+            lo, hi = lo.detach(), hi.detach()
+            if lo.is_floating_point() and self.problem.spec.upcast:
+                diff = (lo.to(torch.float64) - hi.to(torch.float64)).abs()
+                max_errs.append(float(diff.max()) if diff.numel() else 0.0)
+                rms_errs.append(float(diff.square().mean().sqrt()) if diff.numel() else 0.0)
+                kept.append(hi.to(self.hi_dtype))
+            else:
+                max_errs.append(0.0)
+                rms_errs.append(0.0)
+                kept.append(hi)
+        summary = {"outputs": len(native), "mutated": mutated, "shapes": [list(t.shape) for t in native_all],
+                   "dtypes": [str(t.dtype).removeprefix("torch.") for t in native_all],
+                   "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs),
+                   "nearly_constant_inputs": nearly_constant(tuple(leaves))}
+        tensors = kept + ([t.detach() for t in native_all] if include_native else [])
+        return wire.write_blob({"expected": len(kept)}, tensors, name="expected"), summary
+
+
+def wire_close(fd: int) -> None:
+    import os
+
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _finite(values: list[float]) -> list[float | str]:
+    return [v if v == v and abs(v) != float("inf") else str(v) for v in values]
+
+
+def _same(torch, x, y) -> bool:
+    x, y = x.detach(), y.detach()
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if torch.equal(x, y):
+        return True
+    return x.is_floating_point() and torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(), y.nan_to_num())
+
+
+def _perturbed(torch, inputs: tuple, index: int, seed: int) -> tuple:
+    """``inputs`` with floating input ``index`` moved by noise as large as its own spread (problem
+    lint: does the output depend on this input?). The noise depends on the seed and the index,
+    not the rank, so an input every rank holds identically stays identical."""
+    if not 0 <= index < len(inputs) or not (isinstance(inputs[index], torch.Tensor) and inputs[index].is_floating_point()):
+        raise ValueError(f"input {index} is not a floating-point tensor; only those can be perturbed")
+    x = inputs[index]
+    generator = torch.Generator(device=x.device)
+    generator.manual_seed((seed * 1_000_003 + index + 1) % 2**63)
+    noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=torch.float32)
+    spread = float(x.float().std()) if x.numel() > 1 else 0.0
+    moved = (x.float() + noise * (spread if spread > 0 else 1.0)).to(x.dtype)
+    return inputs[:index] + (moved,) + inputs[index + 1:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    argv = sys.argv[1:] if argv is None else argv
+    config = json.loads(argv[0])
+    sys.path[:0] = [str(Path(p)) for p in config.get("import_path", [])]
+    return run_ranks(config, ReferenceServer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Timings as claims, checked against the parent's own clock; statistics that compare across runs.
+
+Each timed call is one ``call`` command to every rank of a group. A rank reports how long the
+call took by its own account (CUDA events between two device-wide syncs, or the host clock on
+the CPU); the parent measures, on a clock no rank can touch, the wall time from sending the
+command to the last rank's answer. The difference is the harness's own cost of a call (the
+message, the alignment, the syncs, the checksum of the outputs), which does not depend on the
+solution: the reference, run through the very same rounds on inputs of the same sizes, shows
+what it is. A candidate whose calls leave much more time unaccounted for than the reference's
+(work hidden before its timer starts, after it stops, or in what it claims) is ``rejected``; so
+is one that claims more time than passed, or a speed beyond the roofline.
+
+The reported time is the slowest rank's claimed time of each call (calls are aligned), less the
+empty interval measured before the candidate existed; the speedup is the ratio of the two groups'
+medians, with a bootstrap interval over the interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, field
+
+from sandbox.report import ClockCheck
+
+HIDDEN_FRACTION = 0.25  # unaccounted time may exceed the reference's by this share of the call...
+NOISE_MADS = 4.0  # ...plus this many median absolute deviations of the reference's own...
+FLOOR_MS = {"cuda": 0.03, "emulate": 1.0, "cpu": 0.3}  # ...plus this much
+OVERCLAIM_SLACK_MS = 0.5  # a rank may claim at most the parent's wall time plus this
+ROOFLINE_MARGIN = 1.5  # a call faster than roofline / this is impossible on this hardware
+BOOTSTRAP_SAMPLES = 1000
+
+
+@dataclass
+class Round:
+    """One group's round of timed calls: per call, each rank's claimed ms and the parent's wall
+    ms; the wall ms of staging the round's inputs; the round's call count."""
+
+    claimed_ms: list[list[float]] = field(default_factory=list)  # [call][rank]
+    wall_ms: list[float] = field(default_factory=list)  # [call]
+    stage_ms: float = 0.0
+
+    def step_ms(self, overheads_ms: list[float]) -> list[float]:
+        """Per call, the slowest rank's claimed time less its calibrated empty interval."""
+        return [max(max(ms - overheads_ms[rank], 0.0) for rank, ms in enumerate(ranks)) for ranks in self.claimed_ms]
+
+    def unclaimed_ms(self) -> list[float]:
+        return [wall - max(ranks) for wall, ranks in zip(self.wall_ms, self.claimed_ms)]
+
+
+@dataclass
+class Series:
+    """A group's timed rounds (warm-up rounds are not kept) and its calibration."""
+
+    overheads_ms: list[float]
+    rounds: list[Round] = field(default_factory=list)
+
+    def steps(self) -> list[float]:
+        return [ms for r in self.rounds for ms in r.step_ms(self.overheads_ms)]
+
+    def unclaimed(self) -> list[float]:
+        return [ms for r in self.rounds for ms in r.unclaimed_ms()]
+
+    def staging_per_call(self) -> list[float]:
+        return [r.stage_ms / max(len(r.wall_ms), 1) for r in self.rounds]
+
+    def per_rank_medians(self) -> list[float]:
+        ranks = len(self.overheads_ms)
+        return [statistics.median(max(call[rank] - self.overheads_ms[rank], 0.0) for r in self.rounds for call in r.claimed_ms)
+                for rank in range(ranks)]
+
+
+class TimingRejected(Exception):
+    """The claims do not hold up; the message says how."""
+
+
+def _mad(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    center = statistics.median(values)
+    return statistics.median(abs(v - center) for v in values)
+
+
+def check_clock(candidate: Series, reference: Series, device: str) -> ClockCheck:
+    """Raise TimingRejected when the candidate's claims disagree with the parent's clock."""
+    floor = FLOOR_MS.get(device, FLOOR_MS["cpu"])
+    for r in candidate.rounds:
+        for wall, ranks in zip(r.wall_ms, r.claimed_ms):
+            if max(ranks) > wall + OVERCLAIM_SLACK_MS:
+                raise TimingRejected(f"a rank claimed a call took {max(ranks):.3f} ms, but only {wall:.3f} ms passed on the "
+                                     "harness's clock between giving it the call and its answer")
+    claimed = statistics.median(candidate.steps())
+    cand_unclaimed, ref_unclaimed = statistics.median(candidate.unclaimed()), statistics.median(reference.unclaimed())
+    allowed = HIDDEN_FRACTION * claimed + NOISE_MADS * _mad(reference.unclaimed()) + floor
+    cand_stage, ref_stage = statistics.median(candidate.staging_per_call()), statistics.median(reference.staging_per_call())
+    allowed_stage = HIDDEN_FRACTION * claimed + NOISE_MADS * _mad(reference.staging_per_call()) + floor
+    check = ClockCheck(candidate_unclaimed_ms=round(cand_unclaimed, 4), reference_unclaimed_ms=round(ref_unclaimed, 4),
+                       allowed_excess_ms=round(allowed, 4), candidate_staging_ms=round(cand_stage, 4),
+                       reference_staging_ms=round(ref_stage, 4), allowed_staging_excess_ms=round(allowed_stage, 4))
+    if cand_unclaimed - ref_unclaimed > allowed:
+        raise TimingRejected(
+            f"the harness's clock disagrees with the ranks' timings: each call took {cand_unclaimed:.3f} ms more than the ranks "
+            f"claimed (the reference, timed the same way: {ref_unclaimed:.3f} ms; allowed {allowed:.3f} ms more), so work was "
+            f"done outside the timed interval or the timings were altered")
+    if cand_stage - ref_stage > allowed_stage:
+        raise TimingRejected(
+            f"staging a call's inputs took {cand_stage:.3f} ms against the reference's {ref_stage:.3f} ms (allowed {allowed_stage:.3f} "
+            "ms more): work was done on the inputs before the timer started")
+    return check
+
+
+def speedup_interval(reference: Series, candidate: Series, seed: int = 0) -> tuple[float, float]:
+    """A 95% bootstrap interval of median(reference) / median(candidate), resampling the
+    interleaved round pairs."""
+    pairs = list(zip(reference.rounds, candidate.rounds))
+    if not pairs:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(BOOTSTRAP_SAMPLES):
+        sample = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+        ref = [ms for r, _ in sample for ms in r.step_ms(reference.overheads_ms)]
+        cand = [ms for _, c in sample for ms in c.step_ms(candidate.overheads_ms)]
+        cand_median = statistics.median(cand)
+        if cand_median > 0:
+            ratios.append(statistics.median(ref) / cand_median)
+    if not ratios:
+        return (float("nan"), float("nan"))
+    ratios.sort()
+    return ratios[int(0.025 * (len(ratios) - 1))], ratios[int(0.975 * (len(ratios) - 1))]
+
+
+def faster_than_hardware(call_ms: float, bound_ms: float) -> str | None:
+    """A message when a call beats the roofline by more than the stated margin, else None."""
+    if call_ms > 0 and call_ms < bound_ms / ROOFLINE_MARGIN:
+        return (f"faster than this hardware allows: a call took {call_ms:.4f} ms, and the roofline says no solution can take less "
+                f"than {bound_ms:.4f} ms (the judge allows {ROOFLINE_MARGIN}x for error in the roofline's rates)")
+    if call_ms <= 0 and bound_ms > 0:
+        return "faster than this hardware allows: a call took no measurable time"
+    return None

@@ -1,0 +1,5 @@
+import sys
+
+from sandbox.rank.zygote import main
+
+sys.exit(main())

@@ -1,0 +1,125 @@
+"""A rank's device, process group and the harness's own timing primitives.
+
+Set up before any candidate code exists in the process: the process group (collectives that
+work only when the run allows them), the calibration of an empty timed interval (sent to the
+parent at once, so nothing the candidate does later can change it), the buffer that flushes the
+L2 cache before a timed call, and the device barrier that aligns ranks before one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+L2_FLUSH_BYTES = 256 * 2**20  # > 2x the L2 of any current NVIDIA GPU (H200: 60 MB, B200: 126 MB)
+CALIBRATION_SAMPLES = 31
+NO_COLLECTIVES_BACKEND = "kloop_no_collectives"
+
+
+def _register_no_collectives_backend() -> str:
+    """A backend whose every collective raises: the default group of a run that does not allow
+    NCCL. Ranks still get ranks, a world size, a group name and the group's store (what symmetric
+    memory needs); they get no communication from it."""
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import FakeProcessGroup
+
+    def create(common, _options):
+        options = FakeProcessGroup.Options()
+        if hasattr(options, "error_on_collective"):
+            options.error_on_collective = True
+        return FakeProcessGroup._create_internal(common.group_rank, common.group_size, options)
+
+    if NO_COLLECTIVES_BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(NO_COLLECTIVES_BACKEND, create, extended_api=True, devices=["cpu", "cuda"])
+    return NO_COLLECTIVES_BACKEND
+
+
+class RankDevice:
+    """``mode``: cpu (gloo), cuda (one GPU per rank) or emulate (every rank on GPU 0). ``on_cpu``
+    puts this rank's work on the CPU whatever the mode (the reference in emulation)."""
+
+    def __init__(self, rank: int, world: int, mode: str, store_path: str, collectives: bool, on_cpu: bool = False):
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.rank, self.world, self.mode = rank, world, mode
+        if mode == "cpu" or on_cpu:
+            self.device = torch.device("cpu")
+            # ranks share the host's cores: more intra-op threads than cores makes OpenMP spin-waits
+            # take turns, and a small einsum 10x slower
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        else:
+            self.device = torch.device("cuda", rank if mode == "cuda" else 0)
+            torch.cuda.set_device(self.device)
+        if collectives:
+            backend = "nccl" if self.device.type == "cuda" and mode == "cuda" else "gloo"
+        else:
+            backend = _register_no_collectives_backend()
+        store = dist.FileStore(store_path, world)
+        kwargs: dict[str, Any] = {}
+        if backend == "nccl":
+            kwargs["device_id"] = self.device
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=600), **kwargs)
+        self.backend = backend
+        self.cuda = self.device.type == "cuda"
+        self._perf_counter = time.perf_counter
+        if self.cuda:
+            self._event = torch.cuda.Event
+            self._sync = torch.cuda.synchronize
+            self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device) if mode == "cuda" else None
+        self.barrier = self._device_barrier() if self.cuda and mode == "cuda" and world > 1 else None
+        self.overhead_ms = self._calibrate()
+
+    # ---------------------------------------------------------------- timing primitives
+    def synchronize(self) -> None:
+        if self.cuda:
+            self._sync(self.device)
+
+    def flush_l2(self) -> None:
+        if self.cuda and self._flush is not None:
+            self._flush.zero_()
+
+    def timed(self, call) -> tuple[Any, float]:
+        """``call()``'s result and its time in ms: device-wide sync before and after (work on side
+        streams counts), CUDA events on the GPU, the host clock on the CPU."""
+        if not self.cuda:
+            start = self._perf_counter()
+            result = call()
+            return result, (self._perf_counter() - start) * 1000.0
+        self._sync(self.device)
+        if self.barrier is not None:
+            self.barrier()
+        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+        start.record()
+        result = call()
+        self._sync(self.device)
+        end.record()
+        end.synchronize()
+        return result, start.elapsed_time(end)
+
+    def _calibrate(self) -> float:
+        samples = sorted(self.timed(lambda: None)[1] for _ in range(CALIBRATION_SAMPLES))
+        return samples[len(samples) // 2]
+
+    def _device_barrier(self):
+        """A barrier kernel among the ranks on the current stream (torch symmetric memory's own),
+        so every rank's timed interval starts together; None where symmetric memory is missing."""
+        try:
+            import torch.distributed._symmetric_memory as symm_mem
+
+            group = self.dist.group.WORLD
+            if hasattr(symm_mem, "enable_symm_mem_for_group"):
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    symm_mem.enable_symm_mem_for_group(group.group_name)
+            buffer = symm_mem.empty(16, dtype=self.torch.uint32, device=self.device)
+            handle = symm_mem.rendezvous(buffer, group)
+            channel = 31  # the last channel: candidates' SymmetricBuffer barriers use the low ones of their own buffers
+            return lambda: handle.barrier(channel=channel)
+        except Exception:  # noqa: BLE001 - alignment by the parent's go message alone
+            return None

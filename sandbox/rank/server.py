@@ -1,0 +1,261 @@
+"""A rank's side of the harness protocol: it loads a module and calls its ``solution`` on the
+inputs the parent stages, one call per ``go``, and answers in plain data (sandbox.rank.wire).
+
+Every call looks the same to the code under test, whatever the parent will do with it: fresh
+inputs staged from a blob, the global RNG seeded, the L2 flushed, ranks aligned, the call timed
+between two device-wide syncs, and a checksum of its outputs and of its inputs' final state sent
+back at once (a commitment: the parent later asks to see some calls' bytes and checks them against
+it). In a candidate's process all of this is hostile territory; the parent treats every number
+that comes back as a claim (see sandbox/harness/timing.py).
+
+Messages from the parent: load, stage, call, burst, reveal, drop, profile, exit. Replies: loaded,
+staged, done, burst_done, revealed, dropped, profiled, failed; and compile (a request to the
+parent, answered by compiled).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from sandbox.rank import wire
+from sandbox.rank.device import RankDevice
+
+MAX_INPUT_BLOB_BYTES = 64 * 2**30
+MAX_PROFILE_EVENTS = 20_000
+
+
+class Stop(Exception):
+    """The parent asked the rank to exit."""
+
+
+class RankServer:
+    """Serves one rank. ``role`` is candidate or reference; subclasses add commands."""
+
+    role = "candidate"
+
+    def __init__(self, channel: wire.Channel, config: dict[str, Any]):
+        self.channel = channel
+        self.config = config
+        self.rank, self.world = config["rank"], config["world"]
+        self.fn = None
+        self.rounds: dict[int, dict[str, Any]] = {}
+        self._compile_ids = 0
+        self.device = RankDevice(self.rank, self.world, config["mode"], config["store"], config["collectives"],
+                                 on_cpu=config.get("on_cpu", False))
+        self.torch = self.device.torch
+        self.handlers = {"load": self.load, "stage": self.stage, "call": self.call, "burst": self.burst,
+                         "reveal": self.reveal, "drop": self.drop, "profile": self.profile, "exit": self.exit}
+
+    # ---------------------------------------------------------------- the loop
+    def serve(self) -> None:
+        self.channel.send({"type": "ready", "rank": self.rank, "overhead_ms": self.device.overhead_ms,
+                           "device_barrier": self.device.barrier is not None, "backend": self.device.backend})
+        while True:
+            try:
+                message, fds = self.channel.recv()
+            except wire.ChannelClosed:
+                return
+            handler = self.handlers.get(message.get("type"))
+            try:
+                if handler is None:
+                    raise wire.WireError(f"unknown command {str(message.get('type'))[:40]!r}")
+                reply, reply_fds = handler(message, fds)
+            except Stop:
+                self.channel.send({"type": "bye"})
+                return
+            except BaseException as error:  # noqa: BLE001 - every failure goes back to the parent
+                reply, reply_fds = self._failure(error), []
+            finally:
+                for fd in fds:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self.channel.send(reply, reply_fds)
+            for fd in reply_fds:
+                os.close(fd)
+
+    def _failure(self, error: BaseException) -> dict[str, Any]:
+        from kloop_runtime import CompileError
+
+        text = traceback.format_exc()
+        if isinstance(error, CompileError):
+            return {"type": "failed", "kind": "build", "message": str(error).splitlines()[0][:500], "text": error.log[-50_000:]}
+        kind = "build" if self.fn is None else "call"
+        return {"type": "failed", "kind": kind, "message": f"{type(error).__name__}: {error}"[:500], "text": text[-50_000:]}
+
+    # ---------------------------------------------------------------- load
+    def load(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        from kloop_runtime import channel
+
+        channel.install_remote(self._compile_remote)
+        path = Path(message["path"])
+        for entry in reversed(message.get("sys_path", [])):
+            sys.path.insert(0, entry)
+        spec = importlib.util.spec_from_file_location(f"kloop_{self.role}_solution", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path.name}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        fn = getattr(module, "solution", None)
+        if not callable(fn):
+            raise AttributeError(f"{path.name} defines no function `solution`")
+        self.fn = fn
+        return {"type": "loaded"}, []
+
+    def _compile_remote(self, kind: str, payload: dict[str, Any]) -> tuple[bool, str, str]:
+        self._compile_ids += 1
+        self.channel.send({"type": "compile", "id": self._compile_ids, "kind": kind, "payload": _jsonable(payload)})
+        reply, fds = self.channel.recv()
+        for fd in fds:
+            os.close(fd)
+        if reply.get("type") != "compiled" or reply.get("id") != self._compile_ids:
+            raise RuntimeError("harness protocol error: expected a compile reply")
+        return bool(reply["ok"]), str(reply.get("path", "")), str(reply.get("log", ""))
+
+    # ---------------------------------------------------------------- calls
+    def stage(self, message: dict[str, Any], fds: list[int]) -> tuple[dict, list]:
+        """Inputs of a round's calls, one blob each, made into tensors on this rank's device."""
+        calls = []
+        for fd in fds:
+            with wire.Blob(fd, MAX_INPUT_BLOB_BYTES) as blob:
+                tensors = blob.tensors(self.device.device)
+                calls.append({"inputs": wire.decode_tree(blob.tree, tensors), "leaves": tensors})
+        self.device.synchronize()
+        self.rounds[message["round"]] = {"calls": calls, "outputs": {}}
+        return {"type": "staged", "round": message["round"], "calls": len(calls)}, []
+
+    def _prepare(self, rng: int) -> None:
+        torch = self.torch
+        torch.manual_seed(rng)  # the same state the reference saw for this call (references may draw from it)
+        if self.device.cuda:
+            torch.cuda.manual_seed_all(rng)
+
+    def call(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        """One call of a staged round: prepared, timed, committed."""
+        current = self.rounds[message["round"]]
+        index = message["index"]
+        entry = current["calls"][index]
+        self._prepare(message["rng"])
+        if message.get("flush", True):
+            self.device.flush_l2()
+        result, ms = self.device.timed(lambda: self.fn(*entry["inputs"]))
+        leaves = self._output_leaves(result)
+        current["outputs"][index] = leaves
+        return {"type": "done", "round": message["round"], "index": index, "ms": ms,
+                "checksum": self._commitment(leaves, entry["leaves"])}, []
+
+    def burst(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        """The round's calls from ``start`` on, back to back: no host sync, no barrier between them."""
+        current = self.rounds[message["round"]]
+        start = message["start"]
+        self.device.synchronize()
+        results = []
+        for index in range(start, len(current["calls"])):
+            self._prepare(message["rng"][index])
+            results.append(self.fn(*current["calls"][index]["inputs"]))
+        self.device.synchronize()
+        checksums = []
+        for index, result in enumerate(results, start=start):
+            leaves = self._output_leaves(result)
+            current["outputs"][index] = leaves
+            checksums.append(self._commitment(leaves, current["calls"][index]["leaves"]))
+        return {"type": "burst_done", "round": message["round"], "checksums": checksums}, []
+
+    def _output_leaves(self, result: Any) -> list:
+        leaves = flatten_outputs(self.torch, result)
+        for leaf in leaves:
+            if type(leaf) is not self.torch.Tensor:  # noqa: E721 - exactly a tensor, no subclass
+                raise TypeError(f"solution returned a {type(leaf).__name__}; outputs must be torch.Tensor")
+        return [leaf.detach() for leaf in leaves]
+
+    def _commitment(self, outputs: list, inputs: list) -> str:
+        return wire.commitment([*outputs, *inputs])
+
+    def reveal(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        """The outputs and the inputs' final state of some calls of a round, one blob per call."""
+        current = self.rounds[message["round"]]
+        blobs = []
+        try:
+            for index in message["indices"]:
+                outputs = current["outputs"][index]
+                inputs = current["calls"][index]["leaves"]
+                blobs.append(wire.write_blob({"outputs": len(outputs)}, [*outputs, *inputs], name="reveal"))
+        except BaseException:
+            for fd in blobs:
+                os.close(fd)
+            raise
+        return {"type": "revealed", "round": message["round"], "indices": list(message["indices"])}, blobs
+
+    def drop(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        self.rounds.pop(message["round"], None)
+        return {"type": "dropped", "round": message["round"]}, []
+
+    def exit(self, _message, _fds) -> tuple[dict, list]:
+        try:
+            self.device.synchronize()
+            self.device.dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - the process is about to end
+            pass
+        raise Stop()
+
+    # ---------------------------------------------------------------- profile
+    def profile(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        """A few calls of a staged round under the torch profiler: the device activities (name,
+        start, end) and the host wall time of each call."""
+        from torch.profiler import ProfilerActivity, profile
+
+        current = self.rounds[message["round"]]
+        entries = current["calls"]
+        self._prepare(message["rng"])
+        self.fn(*entries[0]["inputs"])  # warm
+        self.device.synchronize()
+        walls = []
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for entry in entries[1:]:
+                _, ms = self.device.timed(lambda entry=entry: self.fn(*entry["inputs"]))
+                walls.append(ms)
+        return {"type": "profiled", "round": message["round"], "calls": len(walls), "wall_ms": walls,
+                "activities": device_activities(self.torch, prof)[:MAX_PROFILE_EVENTS]}, []
+
+
+def flatten_outputs(torch, result: Any) -> list:
+    """Output leaves in order: lists and tuples unrolled, dicts by sorted key, Python numbers as
+    0-d tensors (what ``torch.tensor`` makes of them), ``None`` dropped; anything else kept as it
+    is (and refused by the caller)."""
+    if result is None:
+        return []
+    if isinstance(result, (tuple, list)):
+        return [leaf for item in result for leaf in flatten_outputs(torch, item)]
+    if isinstance(result, dict):
+        return [leaf for key in sorted(result, key=str) for leaf in flatten_outputs(torch, result[key])]
+    if isinstance(result, (bool, int, float)):
+        return [torch.tensor(result)]
+    return [result]
+
+
+def device_activities(torch, prof) -> list[list]:
+    """``[name, start_us, end_us]`` of every kernel, memcpy and memset the profiler saw on the device."""
+    cuda = getattr(getattr(torch.autograd, "DeviceType", None), "CUDA", None)
+    found = []
+    try:
+        events = prof.events() or ()
+    except Exception:  # noqa: BLE001 - a profiler without raw events
+        return []
+    for event in events:
+        if cuda is None or getattr(event, "device_type", None) != cuda:
+            continue
+        span = getattr(event, "time_range", None)
+        if span is not None and span.end > span.start:
+            found.append([str(event.name)[:300], float(span.start), float(span.end)])
+    return found
+
+
+def _jsonable(payload: dict[str, Any]) -> dict[str, Any]:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in payload.items()}

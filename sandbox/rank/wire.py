@@ -1,0 +1,519 @@
+"""The wire between the harness parent and a rank process: plain data, nothing else.
+
+A *message* is one datagram on an AF_UNIX SOCK_SEQPACKET socket: a JSON object (headers larger
+than ``MAX_INLINE_BYTES`` travel in a sealed memfd) plus file descriptors. Tensor bytes never
+travel inline: a *blob* is a sealed memfd holding a JSON header (a tree of plain values with
+tensor references) followed by the raw bytes of its tensors. Nothing is ever unpickled, and a
+blob's tensors are exactly (dtype from ``ALLOWED_DTYPES``, shape, byte length = numel x
+itemsize), checked against the file before a byte of it is read. Whoever reads a blob copies
+what it keeps: the writer cannot change it afterwards anyway (sealed), and a reader never trusts
+more than the bytes.
+
+This module is imported by rank processes, so it imports only the standard library and torch
+(lazily, where tensors are made).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import mmap
+import os
+import select
+import socket
+import struct
+import warnings
+from typing import Any, Iterable
+
+MAX_INLINE_BYTES = 60_000
+MAX_HEADER_BYTES = 8 * 2**20
+MAX_FDS = 64
+MAX_TENSORS = 4096
+MAX_DIMS = 16
+MAX_TREE_DEPTH = 32
+MAGIC = b"KLOOPBL1"
+ALIGN = 64
+SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+ALLOWED_DTYPES = (
+    "float64", "float32", "float16", "bfloat16", "complex64", "complex128", "int64", "int32", "int16", "int8", "uint8",
+    "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+)
+
+
+class WireError(Exception):
+    """A message or blob that breaks the format (from a rank: a protocol violation)."""
+
+
+class ChannelClosed(WireError):
+    """The other end closed the channel (the process ended)."""
+
+
+# ---------------------------------------------------------------------------- messages
+class Channel:
+    """One end of a SEQPACKET socketpair. ``send(message, fds)``; ``recv() -> (message, fds)``;
+    the receiver owns (and must close) the fds it gets."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    @classmethod
+    def pair(cls) -> tuple["Channel", "Channel"]:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        return cls(a), cls(b)
+
+    @classmethod
+    def from_fd(cls, fd: int) -> "Channel":
+        return cls(socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=fd))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, message: dict[str, Any], fds: Iterable[int] = ()) -> None:
+        data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        fds = list(fds)
+        owned = []
+        if len(data) > MAX_INLINE_BYTES:
+            blob = _sealed_memfd("message", [data])
+            owned.append(blob)
+            data = json.dumps({"$header_blob": len(fds)}).encode()
+            fds = fds + [blob]
+        if len(fds) > MAX_FDS:
+            raise WireError(f"{len(fds)} file descriptors in one message (at most {MAX_FDS})")
+        try:
+            socket.send_fds(self.sock, [data], fds)
+        except (BrokenPipeError, ConnectionResetError) as error:
+            raise ChannelClosed(str(error)) from None
+        finally:
+            for fd in owned:
+                os.close(fd)
+
+    def poll(self, timeout_s: float | None) -> bool:
+        readable, _, _ = select.select([self.sock], [], [], timeout_s)
+        return bool(readable)
+
+    def recv(self, timeout_s: float | None = None) -> tuple[dict[str, Any], list[int]]:
+        if timeout_s is not None and not self.poll(timeout_s):
+            raise TimeoutError(f"no message within {timeout_s:.1f} s")
+        try:
+            data, fds, flags, _ = socket.recv_fds(self.sock, MAX_INLINE_BYTES + 1024, MAX_FDS)
+        except ConnectionResetError as error:
+            raise ChannelClosed(str(error)) from None
+        if not data and not fds:
+            raise ChannelClosed("the other end closed the channel")
+        try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise WireError("a message was larger than the wire allows")
+            message = _json_object(data)
+            if "$header_blob" in message:
+                index = message["$header_blob"]
+                if not isinstance(index, int) or index != len(fds) - 1:
+                    raise WireError("malformed header-blob message")
+                raw = read_sealed(fds[-1], MAX_HEADER_BYTES)
+                os.close(fds.pop())
+                message = _json_object(raw)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return message, fds
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data, parse_constant=_no_constants)
+    except (ValueError, RecursionError) as error:
+        raise WireError(f"not a JSON message: {str(error)[:120]}") from None
+    if not isinstance(value, dict):
+        raise WireError("a message must be a JSON object")
+    return value
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not allowed on the wire")
+
+
+# ---------------------------------------------------------------------------- memfds
+def _sealed_memfd(name: str, chunks: Iterable[bytes | memoryview]) -> int:
+    fd = os.memfd_create(f"kloop-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_sealed(fd: int, max_bytes: int) -> int:
+    """The size of the sealed memfd ``fd``; WireError when it is not one, or too large."""
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        size = os.fstat(fd).st_size
+    except OSError as error:
+        raise WireError(f"not a sealed memory file: {error}") from None
+    if seals & SEALS != SEALS:
+        raise WireError("a memory file that is not sealed against writes")
+    if size > max_bytes:
+        raise WireError(f"a memory file of {size} bytes (at most {max_bytes} expected)")
+    return size
+
+
+def read_sealed(fd: int, max_bytes: int) -> bytes:
+    size = check_sealed(fd, max_bytes)
+    return os.pread(fd, size, 0) if size else b""
+
+
+# ---------------------------------------------------------------------------- blobs
+def write_blob(tree: Any, tensors: list, name: str = "blob") -> int:
+    """A sealed memfd holding ``tree`` (plain JSON with {"T": i} tensor references) and the bytes
+    of ``tensors`` (torch tensors, any device; copied to the CPU)."""
+    specs, chunks, keep, offset = [], [], [], 0
+    for tensor in tensors:
+        flat = tensor.detach().contiguous().reshape(-1)
+        if flat.device.type != "cpu":
+            flat = flat.cpu()
+        nbytes = flat.numel() * flat.element_size()
+        specs.append({"dtype": dtype_name(flat.dtype), "shape": list(tensor.shape), "offset": offset, "nbytes": nbytes,
+                      "requires_grad": bool(tensor.requires_grad)})
+        keep.append(flat)
+        chunks.append(_tensor_bytes(flat))
+        pad = -nbytes % ALIGN
+        if pad:
+            chunks.append(bytes(pad))
+        offset += nbytes + pad
+    header = json.dumps({"tree": tree, "tensors": specs}, separators=(",", ":"), allow_nan=False).encode()
+    prefix = MAGIC + struct.pack("<Q", len(header)) + header
+    prefix += bytes(-len(prefix) % ALIGN)
+    return _sealed_memfd(name, [prefix, *chunks])
+
+
+def _tensor_bytes(flat) -> memoryview:
+    """A view of a contiguous CPU tensor's bytes, without a copy (the caller keeps it alive)."""
+    import ctypes
+
+    nbytes = flat.numel() * flat.element_size()
+    if nbytes == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B")
+
+
+class Blob:
+    """A blob opened for reading: ``header`` (validated) and its bytes, mapped read-only."""
+
+    def __init__(self, fd: int, max_bytes: int):
+        size = check_sealed(fd, max_bytes)
+        if size < len(MAGIC) + 8:
+            raise WireError("a blob too short to hold a header")
+        self.size = size
+        self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        try:
+            if self.map[:len(MAGIC)] != MAGIC:
+                raise WireError("not a blob (bad magic)")
+            (length,) = struct.unpack("<Q", self.map[len(MAGIC):len(MAGIC) + 8])
+            start = len(MAGIC) + 8
+            if length > min(MAX_HEADER_BYTES, size - start):
+                raise WireError("a blob header longer than the blob")
+            header = _json_object(self.map[start:start + length])
+            self.data_start = start + length + (-(start + length) % ALIGN)
+            self.specs = _checked_specs(header.get("tensors"), size - self.data_start)
+            self.tree = header.get("tree")
+            check_tree(self.tree, len(self.specs))
+        except BaseException:
+            self.map.close()
+            raise
+
+    def tensor(self, index: int, device=None):
+        """Tensor ``index`` as a new tensor (its own memory; on ``device`` when given)."""
+        import torch
+
+        spec = self.specs[index]
+        dtype = getattr(torch, spec["dtype"])
+        if spec["nbytes"] == 0:
+            out = torch.empty(spec["shape"], dtype=dtype, device=device)
+        else:
+            with warnings.catch_warnings():  # read-only memory: copied below before anything could write it
+                warnings.simplefilter("ignore", UserWarning)
+                raw = torch.frombuffer(self.map, dtype=torch.uint8, count=spec["nbytes"], offset=self.data_start + spec["offset"])
+            view = raw.view(dtype).reshape(spec["shape"])
+            out = view.to(device, copy=True) if device is not None else view.clone()
+        if spec["requires_grad"] and out.is_floating_point():
+            out.requires_grad_(True)
+        return out
+
+    def raw(self, index: int) -> bytes:
+        spec = self.specs[index]
+        start = self.data_start + spec["offset"]
+        return bytes(self.map[start:start + spec["nbytes"]])
+
+    def tensors(self, device=None) -> list:
+        return [self.tensor(i, device) for i in range(len(self.specs))]
+
+    def close(self) -> None:
+        self.map.close()
+
+    def __enter__(self) -> "Blob":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def dtype_name(dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in ALLOWED_DTYPES:
+        raise WireError(f"tensors of dtype {name} cannot cross the wire")
+    return name
+
+
+def itemsize(name: str) -> int:
+    import torch
+
+    return torch.empty((), dtype=getattr(torch, name)).element_size()
+
+
+def _checked_specs(specs: Any, data_bytes: int) -> list[dict[str, Any]]:
+    if not isinstance(specs, list) or len(specs) > MAX_TENSORS:
+        raise WireError("a blob's tensor list is missing or too long")
+    checked = []
+    for spec in specs:
+        if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "offset", "nbytes", "requires_grad"}:
+            raise WireError("a malformed tensor description")
+        dtype, shape, offset, nbytes = spec["dtype"], spec["shape"], spec["offset"], spec["nbytes"]
+        if dtype not in ALLOWED_DTYPES:
+            raise WireError(f"dtype {str(dtype)[:40]!r} is not allowed")
+        if not (isinstance(shape, list) and len(shape) <= MAX_DIMS and all(_natural(d) for d in shape)):
+            raise WireError("a malformed tensor shape")
+        if not (_natural(offset) and _natural(nbytes)) or not isinstance(spec["requires_grad"], bool):
+            raise WireError("a malformed tensor extent")
+        if math.prod(shape) * itemsize(dtype) != nbytes:
+            raise WireError(f"a tensor of shape {shape} and dtype {dtype} cannot hold {nbytes} bytes")
+        if offset % ALIGN or offset + nbytes > data_bytes:
+            raise WireError("a tensor outside its blob")
+        checked.append(spec)
+    return checked
+
+
+def _natural(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
+
+
+# ---------------------------------------------------------------------------- trees
+def check_tree(tree: Any, tensor_count: int, depth: int = 0) -> None:
+    """Raise WireError unless ``tree`` is a well-formed value tree (see encode_tree)."""
+    if depth > MAX_TREE_DEPTH:
+        raise WireError("a value tree nested too deeply")
+    if tree is None or isinstance(tree, (bool, int, str)):
+        return
+    if isinstance(tree, float):
+        return
+    if isinstance(tree, list):
+        for item in tree:
+            check_tree(item, tensor_count, depth + 1)
+        return
+    if not isinstance(tree, dict) or len(tree) != 1:
+        raise WireError("a malformed value in a tree")
+    (kind, value), = tree.items()
+    if kind == "T":
+        if not (_natural(value) and value < tensor_count):
+            raise WireError("a tensor reference outside the blob")
+    elif kind == "F":
+        if value not in ("nan", "inf", "-inf"):
+            raise WireError("a malformed float")
+    elif kind in ("tuple", "size"):
+        if not isinstance(value, list):
+            raise WireError(f"a malformed {kind}")
+        for item in value:
+            check_tree(item, tensor_count, depth + 1)
+    elif kind == "dict":
+        if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], (str, int)) for p in value):
+            raise WireError("a malformed dict")
+        for _, item in value:
+            check_tree(item, tensor_count, depth + 1)
+    elif kind in ("dtype", "group", "device"):
+        if not isinstance(value, str) or len(value) > 64:
+            raise WireError(f"a malformed {kind}")
+    elif kind == "module":
+        _check_module(value, tensor_count, depth)
+    else:
+        raise WireError(f"unknown value kind {kind[:20]!r}")
+
+
+def _check_module(value: Any, tensor_count: int, depth: int) -> None:
+    if not (isinstance(value, dict) and set(value) == {"class", "attrs", "params", "buffers", "children"}):
+        raise WireError("a malformed module")
+    if not (isinstance(value["class"], str) and value["class"].startswith("torch.nn.") and len(value["class"]) < 100):
+        raise WireError("only torch.nn modules can cross the wire")
+    for part in ("attrs", "params", "buffers", "children"):
+        if not isinstance(value[part], dict):
+            raise WireError("a malformed module")
+        for item in value[part].values():
+            check_tree(item, tensor_count, depth + 1)
+
+
+def encode_tree(obj: Any, tensors: list) -> Any:
+    """``obj`` as a JSON-able tree, appending its tensors to ``tensors``. Values: tensors, None,
+    bool, int, float, str, lists, tuples, dicts, torch.Size, dtypes, devices, the world process
+    group, and torch.nn modules (their plain attributes, parameters, buffers and children)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return {"T": len(tensors) - 1}
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else {"F": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}
+    if isinstance(obj, torch.Size):
+        return {"size": list(obj)}
+    if isinstance(obj, torch.dtype):
+        return {"dtype": str(obj).removeprefix("torch.")}
+    if isinstance(obj, torch.device):
+        return {"device": str(obj)}
+    if isinstance(obj, list):
+        return [encode_tree(item, tensors) for item in obj]
+    if isinstance(obj, tuple):
+        return {"tuple": [encode_tree(item, tensors) for item in obj]}
+    if isinstance(obj, dict):
+        return {"dict": [[key, encode_tree(value, tensors)] for key, value in obj.items()]}
+    if isinstance(obj, torch.nn.Module):
+        return {"module": _encode_module(obj, tensors)}
+    import torch.distributed as dist
+
+    if dist.is_initialized() and obj is dist.group.WORLD:
+        return {"group": "world"}
+    raise WireError(f"a value of type {type(obj).__name__} cannot cross the wire")
+
+
+def _encode_module(module, tensors: list) -> dict[str, Any]:
+    cls = type(module)
+    path = f"{cls.__module__}.{cls.__qualname__}"
+    if not path.startswith("torch.nn."):
+        raise WireError(f"module {path} is not a torch.nn module")
+    attrs = {key: encode_tree(value, tensors) for key, value in vars(module).items()
+             if not key.startswith("_") and (value is None or isinstance(value, (bool, int, float, str, tuple)))}
+    return {"class": f"torch.nn.{cls.__name__}" if hasattr(_torch_nn(), cls.__name__) else path, "attrs": attrs,
+            "params": {name: encode_tree(p.detach().requires_grad_(p.requires_grad), tensors)
+                       for name, p in module._parameters.items() if p is not None},
+            "buffers": {name: encode_tree(b, tensors) for name, b in module._buffers.items() if b is not None},
+            "children": {name: encode_tree(child, tensors) for name, child in module._modules.items() if child is not None}}
+
+
+def _torch_nn():
+    import torch
+
+    return torch.nn
+
+
+def decode_tree(tree: Any, tensors: list) -> Any:
+    """The value ``encode_tree`` encoded (``tree`` must have passed ``check_tree``)."""
+    if tree is None or isinstance(tree, (bool, int, str, float)):
+        return tree
+    if isinstance(tree, list):
+        return [decode_tree(item, tensors) for item in tree]
+    (kind, value), = tree.items()
+    import torch
+
+    if kind == "T":
+        return tensors[value]
+    if kind == "F":
+        return float(value)
+    if kind == "tuple":
+        return tuple(decode_tree(item, tensors) for item in value)
+    if kind == "size":
+        return torch.Size(decode_tree(item, tensors) for item in value)
+    if kind == "dict":
+        return {key: decode_tree(item, tensors) for key, item in value}
+    if kind == "dtype":
+        dtype = getattr(torch, value, None)
+        if not isinstance(dtype, torch.dtype):
+            raise WireError(f"unknown dtype {value[:40]!r}")
+        return dtype
+    if kind == "device":
+        return torch.device(value)
+    if kind == "group":
+        import torch.distributed as dist
+
+        if value != "world":
+            raise WireError("only the world process group can cross the wire")
+        return dist.group.WORLD
+    return _decode_module(value, tensors)
+
+
+def _decode_module(value: dict[str, Any], tensors: list):
+    import torch
+
+    cls = torch
+    for part in value["class"].split(".")[1:]:
+        cls = getattr(cls, part, None)
+        if cls is None:
+            raise WireError(f"unknown module class {value['class'][:80]!r}")
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise WireError(f"{value['class'][:80]!r} is not a module class")
+    module = cls.__new__(cls)
+    torch.nn.Module.__init__(module)
+    for key, item in value["attrs"].items():
+        setattr(module, key, decode_tree(item, tensors))
+    for key, item in value["params"].items():
+        tensor = decode_tree(item, tensors)
+        module.register_parameter(key, torch.nn.Parameter(tensor.detach(), requires_grad=tensor.requires_grad))
+    for key, item in value["buffers"].items():
+        module.register_buffer(key, decode_tree(item, tensors))
+    for key, item in value["children"].items():
+        module.add_module(key, decode_tree(item, tensors))
+    return module
+
+
+def tree_tensors(tree: Any, tensors: list) -> list[int]:
+    """Indices of the tensors a tree refers to, in order."""
+    found: list[int] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            (kind, value), = node.items()
+            if kind == "T":
+                found.append(value)
+            elif kind in ("tuple", "size"):
+                walk(value)
+            elif kind == "dict":
+                for _, item in value:
+                    walk(item)
+            elif kind == "module":
+                for part in ("params", "buffers", "children"):
+                    for item in value[part].values():
+                        walk(item)
+
+    walk(tree)
+    return found
+
+
+# ---------------------------------------------------------------------------- commitments
+def tensor_checksum(tensor) -> int:
+    """An integer fixed by the tensor's bytes: the sum of its 32-bit words (and trailing bytes),
+    computed where the tensor lives. Deterministic on any device, so the parent can recompute it
+    from revealed bytes."""
+    import torch
+
+    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    whole = flat.numel() - flat.numel() % 4
+    total = int(flat[:whole].view(torch.int32).sum(dtype=torch.int64)) if whole else 0
+    if whole != flat.numel():
+        total += int(flat[whole:].sum(dtype=torch.int64))
+    return total % 2**64
+
+
+def commitment(tensors: list) -> str:
+    """A short digest of ``tensors`` (dtypes, shapes and checksums), in order."""
+    import hashlib
+
+    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_checksum(t)] for t in tensors]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]

@@ -1,0 +1,138 @@
+"""The rank wire: plain data only, every tensor checked against its blob before it is read."""
+
+import json
+import os
+import struct
+
+import pytest
+import torch
+
+from sandbox.rank import wire
+
+
+def roundtrip(obj):
+    tensors = []
+    tree = wire.encode_tree(obj, tensors)
+    fd = wire.write_blob(tree, tensors)
+    try:
+        with wire.Blob(fd, 2**30) as blob:
+            return wire.decode_tree(blob.tree, blob.tensors())
+    finally:
+        os.close(fd)
+
+
+def test_tensors_and_plain_values_cross_intact():
+    x = torch.randn(3, 5, dtype=torch.bfloat16)
+    ints = torch.arange(7, dtype=torch.int64)
+    flags = torch.tensor([True, False, True])
+    grad = torch.randn(4, requires_grad=True)
+    obj = (x, [ints, {"k": flags, "n": 3}], 2.5, float("inf"), None, "s", torch.Size([2, 3]), torch.float16, grad, torch.empty(0, 4))
+    out = roundtrip(obj)
+    assert isinstance(out, tuple) and torch.equal(out[0], x) and out[0].dtype == torch.bfloat16
+    assert torch.equal(out[1][0], ints) and torch.equal(out[1][1]["k"], flags) and out[1][1]["n"] == 3
+    assert out[2:8] == (2.5, float("inf"), None, "s", torch.Size([2, 3]), torch.float16)
+    assert out[8].requires_grad and out[8].is_leaf and torch.equal(out[8].detach(), grad.detach())
+    assert out[9].shape == (0, 4)
+
+
+def test_a_module_crosses_as_data():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4, 3)
+    out = roundtrip((linear,))[0]
+    assert type(out) is torch.nn.Linear and out.in_features == 4 and out.out_features == 3
+    x = torch.randn(2, 4)
+    assert torch.equal(out(x), linear(x))
+
+
+def test_objects_that_are_not_data_are_refused():
+    class Sneaky:
+        pass
+
+    with pytest.raises(wire.WireError):
+        wire.encode_tree((Sneaky(),), [])
+
+
+def _blob_with(header: dict, data: bytes = b"") -> int:
+    raw = json.dumps(header).encode()
+    prefix = wire.MAGIC + struct.pack("<Q", len(raw)) + raw
+    prefix += bytes(-len(prefix) % wire.ALIGN)
+    return wire._sealed_memfd("test", [prefix, data])
+
+
+@pytest.mark.parametrize("spec, why", [
+    ({"dtype": "object", "shape": [1], "offset": 0, "nbytes": 8, "requires_grad": False}, "dtype"),
+    ({"dtype": "float32", "shape": [1000], "offset": 0, "nbytes": 4000, "requires_grad": False}, "outside"),
+    ({"dtype": "float32", "shape": [2], "offset": 0, "nbytes": 4, "requires_grad": False}, "cannot hold"),
+    ({"dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 4, "requires_grad": False}, "shape"),
+    ({"dtype": "float32", "shape": [1], "offset": 0, "nbytes": 4, "requires_grad": False, "extra": 1}, "malformed"),
+])
+def test_a_lying_tensor_description_is_refused_before_reading(spec, why):
+    fd = _blob_with({"tree": {"T": 0}, "tensors": [spec]}, bytes(64))
+    try:
+        with pytest.raises(wire.WireError, match=why):
+            wire.Blob(fd, 2**30)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("tree", [{"T": 5}, {"pickle": "x"}, {"module": {"class": "os.system", "attrs": {}, "params": {},
+                                                                          "buffers": {}, "children": {}}}, {"F": "1e999"}])
+def test_a_malformed_tree_is_refused(tree):
+    fd = _blob_with({"tree": tree, "tensors": []})
+    try:
+        with pytest.raises(wire.WireError):
+            wire.Blob(fd, 2**30)
+    finally:
+        os.close(fd)
+
+
+def test_an_unsealed_or_oversized_file_is_refused():
+    fd = os.memfd_create("plain")
+    os.write(fd, b"x" * 100)
+    try:
+        with pytest.raises(wire.WireError, match="sealed"):
+            wire.Blob(fd, 2**30)
+    finally:
+        os.close(fd)
+    fd = wire.write_blob({"T": 0}, [torch.zeros(1000)])
+    try:
+        with pytest.raises(wire.WireError, match="at most"):
+            wire.Blob(fd, 100)
+    finally:
+        os.close(fd)
+
+
+def test_messages_carry_descriptors_and_large_headers():
+    a, b = wire.Channel.pair()
+    fd = wire.write_blob({"T": 0}, [torch.ones(3)])
+    a.send({"type": "x", "big": "y" * 200_000}, [fd])
+    os.close(fd)
+    message, fds = b.recv(timeout_s=5)
+    assert message["big"] == "y" * 200_000 and len(fds) == 1
+    with wire.Blob(fds[0], 2**20) as blob:
+        assert torch.equal(blob.tensors()[0], torch.ones(3))
+    os.close(fds[0])
+    a.close()
+    with pytest.raises(wire.ChannelClosed):
+        b.recv(timeout_s=5)
+
+
+@pytest.mark.parametrize("payload", [b"[1,2]", b"not json", b'{"a": NaN}', b"{" * 100_000])
+def test_a_malformed_message_is_a_wire_error(payload):
+    import socket
+
+    a, b = wire.Channel.pair()
+    socket.send_fds(a.sock, [payload], [])
+    with pytest.raises(wire.WireError):
+        b.recv(timeout_s=5)
+
+
+def test_commitments_are_equal_for_equal_bytes_only():
+    x = torch.randn(1001, dtype=torch.bfloat16)
+    assert wire.commitment([x]) == wire.commitment([x.clone()])
+    y = x.clone()
+    y[17] = y[17] + 1
+    assert wire.commitment([x]) != wire.commitment([y])
+    assert wire.commitment([x]) != wire.commitment([x.reshape(7, 143)])
+    odd = torch.arange(3, dtype=torch.int8)
+    assert wire.tensor_checksum(odd) == 0 + 1 + 2
