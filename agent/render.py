@@ -64,8 +64,8 @@ def report_renderable(report: EvalReport) -> Group:
         line.append(f"{100 * report.roofline_fraction:.1f}% of roofline")
     if report.achieved_comm_gbps is not None:
         line.append(f"{report.achieved_comm_gbps:.1f} GB/s per rank over the interconnect")
-    if report.reference_cache != "off":
-        line.append(f"reference cache {report.reference_cache}")
+    if report.profile_cache != "off":
+        line.append(f"profile cache {report.profile_cache}")
     if line:
         parts.append(Text("  ".join(line)))
     if report.analysis is not None:

@@ -1,13 +1,22 @@
-"""Evaluate one candidate in a sandbox: the controller's single entry into the harness."""
+"""Evaluate candidates in a sandbox: the controller's entry into the harness.
+
+``evaluate_in(box, source, config)`` runs one ``python -m sandbox.harness`` per evaluation (any
+backend). ``WarmEvaluator(box)`` keeps one long-lived harness in a local sandbox
+(``python -m sandbox.harness.serve``) whose rank groups are started ahead, for batches and the
+service: the same reports, a fraction of the start-up.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 
 import structlog
 from pydantic import ValidationError
 
-from sandbox.backends import Sandbox
+from sandbox.backends import Sandbox, SandboxError
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport, LogExcerpt
 
@@ -56,3 +65,81 @@ def _no_report(config: HarnessConfig, result, box: Sandbox, prefix: str, unreada
         problem=config.problem, world=config.world, device=config.device, dtype=config.dtype or "",
         size=config.size or "", logs=logs,
     )
+
+
+class WarmEvaluator:
+    """Evaluations through one long-lived harness in the started local sandbox ``box``; one at a
+    time (callers that share it take turns). If the harness dies it is started again and the
+    evaluation in flight is reported as crashed."""
+
+    def __init__(self, box):
+        if not hasattr(box, "spawn"):
+            raise SandboxError(f"warm evaluation needs the local sandbox, not {box.name}")
+        self.box = box
+        self.process = None
+        self._ids = 0
+        self._lock = threading.Lock()
+
+    def _ensure(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            self.process = self.box.spawn([self.box.python, "-m", "sandbox.harness.serve"])
+
+    def evaluate(self, source: str, config: HarnessConfig) -> EvalReport:
+        with self._lock:
+            self._ensure()
+            self._ids += 1
+            request = {"id": self._ids, "config": json.loads(config.model_dump_json()), "source": source}
+            try:
+                self.process.stdin.write((json.dumps(request) + "\n").encode())
+                self.process.stdin.flush()
+                line = _read_line(self.process.stdout, harness_budget_s(config))
+            except (BrokenPipeError, OSError, TimeoutError) as error:
+                self.close()
+                return _failure(config, f"the warm harness failed ({type(error).__name__}: {error})")
+            try:
+                reply = json.loads(line)
+                report = EvalReport.model_validate(reply["report"])
+            except (ValueError, KeyError, TypeError, ValidationError) as error:
+                self.close()
+                return _failure(config, f"the warm harness answered what could not be read ({str(error)[:200]})")
+        report.isolation = sorted(set(self.box.isolation) | set(report.isolation))
+        return report
+
+    def close(self) -> None:
+        if self.process is not None:
+            import os
+            import signal
+
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.process.wait()
+            self.process = None
+
+    def __enter__(self) -> "WarmEvaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _read_line(stream, timeout_s: float) -> bytes:
+    import select
+
+    deadline = time.monotonic() + timeout_s
+    buffer = b""
+    while not buffer.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([stream], [], [], left)[0]:
+            raise TimeoutError(f"no report within {timeout_s:.0f} s")
+        chunk = os.read(stream.fileno(), 1 << 20)
+        if not chunk:
+            raise OSError("the harness ended without a report")
+        buffer += chunk
+    return buffer
+
+
+def _failure(config: HarnessConfig, message: str) -> EvalReport:
+    return EvalReport(status="crashed", message=message, problem=config.problem, world=config.world, device=config.device,
+                      dtype=config.dtype or "", size=config.size or "")

@@ -2,7 +2,7 @@
 call weighed against the roofline (achieved rates, idle time, what bounds it).
 
 Pure functions on plain data, so they run (and are tested) without a GPU; the profiler side
-is in :mod:`sandbox.harness.profiling`.
+is in :mod:`sandbox.rank.server` (the ranks profile their calls; the parent summarises).
 """
 
 from __future__ import annotations

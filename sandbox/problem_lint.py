@@ -5,7 +5,7 @@ finite, non-constant and depend on the seed and on every floating input, and has
 tight enough that a small error in one element, or the whole output off by 2%, is caught by
 ``sandbox.harness.compare.compare_outputs``, while a second run of the reference passes.
 
-The reference runs through the trusted harness (``sandbox.harness.run.run_reference``), once
+The reference runs through the trusted harness (``sandbox.harness.reference_outputs.run_reference``), once
 per call of :func:`lint_problem`: every seed and perturbation is one trial of that run. The
 inputs are also checked directly, in this process (``make_inputs`` needs no process group).
 """
@@ -193,8 +193,8 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
 
     from sandbox.harness.compare import compare_outputs
     from sandbox.harness.judge import Verdict
-    from sandbox.harness.run import run_reference
-    from sandbox.harness.ranks import StageTimeout
+    from sandbox.harness.reference_outputs import run_reference
+    from sandbox.harness.groups import StageTimeout
 
     # trials: seed A, seed B, seed A again, then seed A with each floating input perturbed
     trial_seeds = (seeds[0], seeds[1], seeds[0], *(seeds[0] for _ in floating))

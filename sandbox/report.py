@@ -188,6 +188,9 @@ class ClockCheck(ReportModel):
     candidate_staging_ms: float = Field(description="median per call of staging a round's inputs")
     reference_staging_ms: float
     allowed_staging_excess_ms: float
+    clock_estimate_ms: float = Field(description="the call's time by the harness's clock: median wall time less the reference's "
+                                                 "harness cost")
+    clock_floor_ms: float = Field(description="the least time per call the harness's clock allows (estimate less its uncertainty)")
 
 
 class CompileStats(ReportModel):

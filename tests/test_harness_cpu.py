@@ -37,7 +37,7 @@ def test_fp32_candidate_differs_from_native_reference_by_more_than_1e_2():
     import torch
 
     from problems import get_problem
-    from sandbox.harness.run import run_reference
+    from sandbox.harness.reference_outputs import run_reference
 
     outputs = run_reference(get_problem("all_reduce"), 4, seeds=(5,))
     native, upcast = outputs[0][0].native[0], outputs[0][0].expected[0]

@@ -99,7 +99,7 @@ ORACLES = {f.__name__: f for f in (
 
 @pytest.mark.parametrize("name", sorted(ORACLES))
 def test_reference_matches_its_description(name: str) -> None:
-    from sandbox.harness.run import run_reference
+    from sandbox.harness.reference_outputs import run_reference
 
     problem = get_problem(name)
     outputs = run_reference(problem, WORLD, seeds=SEEDS, size="small", dtype="float64", include_native=False)

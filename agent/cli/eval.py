@@ -26,7 +26,7 @@ def command(
     timed: Annotated[bool | None, typer.Option("--timed/--no-timed", help="time reference and candidate (default: yes, except emulate)",
                                                   rich_help_panel=EVALUATION)] = None,
     allow_nccl: AllowNccl = False,
-    reference_cache: Annotated[bool, typer.Option(help="reuse cached reference outputs and timings", rich_help_panel=EVALUATION)] = True,
+    profile_cache: Annotated[bool, typer.Option(help="reuse profiles taken before of this solution and the reference", rich_help_panel=EVALUATION)] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print the EvalReport as JSON")] = False,
     pkb_root: PkbRoot = None,
     *,
@@ -38,7 +38,7 @@ def command(
 
     problem = load_problem(problem_name, pkb_root)
     config = harness_config(problem, world=world, device=device.value, size=size, trials=trials, timed=timed, allow_nccl=allow_nccl,
-                            reference_cache=reference_cache, stress_calls=stress)
+                            profile_cache=profile_cache, stress_calls=stress)
     check_host_gpus(config)
     source = read_text(solution)
     working = console.status(f"evaluating {solution.name} on {problem_name} (world {world}, {device.value})", spinner="dots")

@@ -114,6 +114,18 @@ class LocalSandbox(Sandbox):
             duration_s=round(time.monotonic() - started, 3), truncated=any(r.dropped for r in readers),
         )
 
+    def spawn(self, cmd: list[str], cwd: str | None = None) -> subprocess.Popen:
+        """A long-lived process in the sandbox (its own session, the sandbox's environment), with
+        pipes on stdin and stdout and stderr to the work dir's logs/ folder; the caller ends it."""
+        log_path = os.path.join(self._path(cwd) if cwd else self.workdir, "spawned.log")
+        with open(log_path, "ab") as log_file:
+            try:
+                return subprocess.Popen(cmd, cwd=self._path(cwd) if cwd else self.workdir, env=sandbox_env(self.workdir, self.marker, self.extra_env),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, start_new_session=True,
+                                        preexec_fn=_limit_resources)
+            except OSError as error:
+                raise SandboxError(f"cannot start {cmd[0]!r}: {error}") from error
+
     def _kill_session(self, session_id: int) -> None:
         try:
             os.killpg(session_id, signal.SIGKILL)

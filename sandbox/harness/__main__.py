@@ -1,9 +1,9 @@
 """Entry point inside the sandbox: ``python -m sandbox.harness --config harness.json``.
 
 The report (EvalReport JSON) goes to this process's original stdout, a channel no rank can
-reach: ranks write to their own log files, this process is non-dumpable (its /proc fds are
-closed to same-user processes) and, as a child subreaper, it kills every process the
-evaluation left behind before it exits.
+reach: ranks write to pipes the harness reads, this process is non-dumpable (its /proc files
+are closed to same-user processes) and, as a child subreaper, it kills whatever the evaluation
+left behind before it exits (candidate ranks end with their jail in any case).
 """
 
 from __future__ import annotations
@@ -69,39 +69,59 @@ def reap_descendants() -> int:
     return killed
 
 
+def prepare_process(workdir: Path) -> int:
+    """Make this process the trusted harness: its output to a log file (the returned descriptor
+    is the original stdout, for reports only), a subreaper, non-dumpable, multicast off."""
+    report_fd = _redirect_output(workdir / "logs" / "harness.log")
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<pid>/{environ,fd,mem} closed to same-user processes
+    import structlog
+
+    from kloop_runtime.settings import MULTICAST_OFF
+
+    structlog.configure(processors=[structlog.processors.TimeStamper(fmt="iso"), structlog.processors.add_log_level,
+                                    structlog.processors.JSONRenderer()],
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    os.environ.update(MULTICAST_OFF)
+    return report_fd
+
+
+def write_report(report_fd: int, payload: dict | str) -> None:
+    """One line of JSON to the report channel."""
+    import json
+
+    data = (payload if isinstance(payload, str) else json.dumps(payload)).encode() + b"\n"
+    while data:
+        data = data[os.write(report_fd, data):]
+
+
+def crash_report(config, error: BaseException):
+    """The report of a harness that failed: a bug in kernel-loop, said as such."""
+    from sandbox.report import EvalReport, LogExcerpt
+
+    return EvalReport(status="crashed", message=f"harness error: {type(error).__name__}: {error}", problem=config.problem,
+                      world=config.world, device=config.device, dtype=config.dtype or "", size=config.size or "",
+                      logs=[LogExcerpt.of("harness traceback", traceback.format_exc())],
+                      notes=["this is a bug in kernel-loop, not in the solution"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.harness")
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
     workdir = Path.cwd()
-    report_fd = _redirect_output(workdir / "logs" / "harness.log")
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    import structlog
-
-    structlog.configure(processors=[structlog.processors.TimeStamper(fmt="iso"), structlog.processors.add_log_level,
-                                    structlog.processors.JSONRenderer()],
-                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    from kloop_runtime.settings import MULTICAST_OFF
+    report_fd = prepare_process(workdir)
     from sandbox.harness.config import HarnessConfig
     from sandbox.harness.pipeline import Evaluation
-    from sandbox.report import EvalReport, LogExcerpt
 
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<pid>/{environ,fd,mem} closed to same-user processes
-    os.environ.update(MULTICAST_OFF)
     config = HarnessConfig.model_validate_json(args.config.read_text())
     try:
         report = Evaluation(config, workdir).run()
     except Exception as error:  # noqa: BLE001 - a harness bug still produces a report
-        report = EvalReport(
-            status="crashed", message=f"harness error: {type(error).__name__}: {error}", problem=config.problem,
-            world=config.world, device=config.device, dtype=config.dtype or "", size=config.size or "",
-            logs=[LogExcerpt.of("harness traceback", traceback.format_exc())], notes=["this is a bug in kernel-loop, not in the solution"],
-        )
-    payload = report.model_dump_json().encode()
-    while payload:
-        payload = payload[os.write(report_fd, payload):]
+        report = crash_report(config, error)
+    write_report(report_fd, report.model_dump_json())
     os.close(report_fd)
     reap_descendants()
     return 0

@@ -111,8 +111,8 @@ class Revealed:
     @classmethod
     def read(cls, fd: int, max_bytes: int) -> "Revealed":
         with wire.Blob(fd, max_bytes) as blob:
-            count = blob.tree.get("outputs") if isinstance(blob.tree, dict) else None
-            if not isinstance(count, int) or not 0 <= count <= len(blob.specs):
+            count = blob.tree  # the number of outputs; the inputs follow them
+            if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(blob.specs):
                 raise wire.WireError("a revealed call without its output count")
             tensors = blob.tensors()
             return cls(outputs=tensors[:count], inputs=tensors[count:],

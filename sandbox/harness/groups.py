@@ -17,6 +17,7 @@ import select
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import structlog
@@ -70,11 +71,12 @@ class RankGroup:
         child_fds, entries = [], []
         for rank in range(world):
             parent_end, child_end = Channel.pair()
+            channel_fd = child_end.sock.detach()  # a plain descriptor, closed below once the child has it
             log_read, log_write = os.pipe()
             self.channels.append(parent_end)
             self.readers.append(CappedReader(os.fdopen(log_read, "rb", buffering=0), LOG_LIMIT_BYTES))
-            child_fds += [child_end.fileno(), log_write]
-            entries.append({"rank": rank, "channel": child_end.fileno(), "log": log_write})
+            child_fds += [channel_fd, log_write]
+            entries.append({"rank": rank, "channel": channel_fd, "log": log_write})
         zygote_read, zygote_write = os.pipe()
         self.zygote_log = CappedReader(os.fdopen(zygote_read, "rb", buffering=0), LOG_LIMIT_BYTES)
         try:
@@ -86,6 +88,11 @@ class RankGroup:
             reader.start()
         self.alive = [True] * world
         self.closed = False
+        self.overheads: list[float] | None = None  # each rank's empty timed interval, once it said it is ready
+        self.device_barrier = False
+        self.loaded = False  # its module is imported (a reference group kept warm stays loaded)
+        self.healthy = True  # nothing went wrong with it (only a healthy reference group is kept)
+        self.workdir: Path | None = None
 
     # ---------------------------------------------------------------- messaging
     def send(self, rank: int, message: dict[str, Any], fds: list[int] = ()) -> None:
@@ -134,6 +141,7 @@ class RankGroup:
             if now >= limit:
                 if first_failure is not None:
                     break
+                self.healthy = False
                 raise StageTimeout(stage, timeout_s, sorted(set(range(self.world)) - set(answers)))
             waiting = {c.fileno(): r for r, c in enumerate(self.channels) if r not in answers}
             ready, _, _ = select.select(list(waiting), [], [], limit - now)
@@ -147,6 +155,8 @@ class RankGroup:
                     first_failure = time.monotonic()
         for rank in range(self.world):
             answers.setdefault(rank, RankFailure(rank, "died", f"rank {rank} stopped answering after another rank failed"))
+        if first_failure is not None:
+            self.healthy = False
         return [answers[rank] for rank in range(self.world)]
 
     def _receive(self, rank: int, expect: type[m.Reply]) -> Answer | RankFailure | None:
@@ -192,15 +202,9 @@ class RankGroup:
     def launcher_log(self) -> str:
         return self.zygote_log.text()
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Ask ranks to exit, then end the whole tree."""
-        if self.closed:
-            return
-        for rank in range(self.world):
-            self.send(rank, {"type": "exit"})
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.process.poll() is None:
-            time.sleep(0.02)
+    def close(self) -> None:
+        """End the whole tree at once: ranks keep nothing worth a graceful exit (their output is
+        already in the pipes, and the driver frees what a killed process held on the GPU)."""
         self.kill()
 
     def kill(self) -> None:

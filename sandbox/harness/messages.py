@@ -106,10 +106,6 @@ class Failed(Reply):
     text: Text = ""
 
 
-class Bye(Reply):
-    type: Literal["bye"]
-
-
 class CompileRequest(Reply):
     type: Literal["compile"]
     id: int
@@ -119,7 +115,7 @@ class CompileRequest(Reply):
 
 REPLIES: dict[str, type[Reply]] = {model.model_fields["type"].annotation.__args__[0]: model  # type: ignore[union-attr]
                                    for model in (Ready, Loaded, Staged, Done, BurstDone, Revealed, Dropped, Profiled, Made,
-                                                 Failed, Bye, CompileRequest)}
+                                                 Failed, CompileRequest)}
 
 
 class ProtocolViolation(Exception):

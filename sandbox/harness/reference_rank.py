@@ -118,7 +118,7 @@ class ReferenceServer(RankServer):
                    "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs),
                    "nearly_constant_inputs": nearly_constant(tuple(leaves))}
         tensors = kept + ([t.detach() for t in native_all] if include_native else [])
-        return wire.write_blob({"expected": len(kept)}, tensors, name="expected"), summary
+        return wire.write_blob(len(kept), tensors, name="expected"), summary
 
 
 def wire_close(fd: int) -> None:

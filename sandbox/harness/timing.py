@@ -10,25 +10,30 @@ what it is. A candidate whose calls leave much more time unaccounted for than th
 (work hidden before its timer starts, after it stops, or in what it claims) is ``rejected``; so
 is one that claims more time than passed, or a speed beyond the roofline.
 
-The reported time is the slowest rank's claimed time of each call (calls are aligned), less the
-empty interval measured before the candidate existed; the speedup is the ratio of the two groups'
-medians, with a bootstrap interval over the interleaved rounds.
+The reported time is the median over calls of the slowest rank's claimed time (calls are aligned),
+less the empty interval measured before the candidate existed, and never less than what the
+parent's clock shows (its median wall time per call less the reference's overhead, less its
+uncertainty): a claim too small to be caught by the check above still cannot make a call look
+faster than the clock allows. The speedup is the ratio of the two groups' medians, with a
+bootstrap interval over the interleaved rounds.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from dataclasses import dataclass, field
 
 from sandbox.report import ClockCheck
 
-HIDDEN_FRACTION = 0.25  # unaccounted time may exceed the reference's by this share of the call...
-NOISE_MADS = 4.0  # ...plus this many median absolute deviations of the reference's own...
-FLOOR_MS = {"cuda": 0.03, "emulate": 1.0, "cpu": 0.3}  # ...plus this much
+HIDDEN_FRACTION = 0.25  # unaccounted time may exceed the reference's by this share of the claimed call...
+CONFIDENCE = 3.0  # ...plus this many standard errors of the difference (from the reference's own spread)...
+FLOOR_MS = {"cuda": 0.01, "emulate": 1.0, "cpu": 0.1}  # ...plus this much
 OVERCLAIM_SLACK_MS = 0.5  # a rank may claim at most the parent's wall time plus this
 ROOFLINE_MARGIN = 1.5  # a call faster than roofline / this is impossible on this hardware
 BOOTSTRAP_SAMPLES = 1000
+MAD_TO_SE = 1.4826 * 1.2533  # MAD -> standard deviation -> standard error of a median (per sqrt(n))
 
 
 @dataclass
@@ -81,8 +86,15 @@ def _mad(values: list[float]) -> float:
     return statistics.median(abs(v - center) for v in values)
 
 
+def _difference_error(reference: list[float], n_candidate: int) -> float:
+    """Standard error of a difference of medians, from the reference's spread alone: a candidate
+    cannot widen the tolerance by making its own answers noisy."""
+    return MAD_TO_SE * _mad(reference) * math.sqrt(1 / max(len(reference), 1) + 1 / max(n_candidate, 1))
+
+
 def check_clock(candidate: Series, reference: Series, device: str) -> ClockCheck:
-    """Raise TimingRejected when the candidate's claims disagree with the parent's clock."""
+    """Raise TimingRejected when the candidate's claims disagree with the parent's clock; else the
+    check's numbers, including the least time per call the parent's clock allows (``clock_floor_ms``)."""
     floor = FLOOR_MS.get(device, FLOOR_MS["cpu"])
     for r in candidate.rounds:
         for wall, ranks in zip(r.wall_ms, r.claimed_ms):
@@ -90,22 +102,29 @@ def check_clock(candidate: Series, reference: Series, device: str) -> ClockCheck
                 raise TimingRejected(f"a rank claimed a call took {max(ranks):.3f} ms, but only {wall:.3f} ms passed on the "
                                      "harness's clock between giving it the call and its answer")
     claimed = statistics.median(candidate.steps())
-    cand_unclaimed, ref_unclaimed = statistics.median(candidate.unclaimed()), statistics.median(reference.unclaimed())
-    allowed = HIDDEN_FRACTION * claimed + NOISE_MADS * _mad(reference.unclaimed()) + floor
-    cand_stage, ref_stage = statistics.median(candidate.staging_per_call()), statistics.median(reference.staging_per_call())
-    allowed_stage = HIDDEN_FRACTION * claimed + NOISE_MADS * _mad(reference.staging_per_call()) + floor
-    check = ClockCheck(candidate_unclaimed_ms=round(cand_unclaimed, 4), reference_unclaimed_ms=round(ref_unclaimed, 4),
-                       allowed_excess_ms=round(allowed, 4), candidate_staging_ms=round(cand_stage, 4),
-                       reference_staging_ms=round(ref_stage, 4), allowed_staging_excess_ms=round(allowed_stage, 4))
-    if cand_unclaimed - ref_unclaimed > allowed:
+    cand_unclaimed, ref_unclaimed = candidate.unclaimed(), reference.unclaimed()
+    shift = statistics.median(cand_unclaimed) - statistics.median(ref_unclaimed)
+    error = _difference_error(ref_unclaimed, len(cand_unclaimed))
+    allowed = HIDDEN_FRACTION * claimed + CONFIDENCE * error + floor
+    cand_stage, ref_stage = candidate.staging_per_call(), reference.staging_per_call()
+    stage_shift = statistics.median(cand_stage) - statistics.median(ref_stage)
+    allowed_stage = HIDDEN_FRACTION * claimed + CONFIDENCE * _difference_error(ref_stage, len(cand_stage)) + floor
+    estimate = statistics.median(r_wall for r in candidate.rounds for r_wall in r.wall_ms) - statistics.median(ref_unclaimed)
+    check = ClockCheck(candidate_unclaimed_ms=round(statistics.median(cand_unclaimed), 4),
+                       reference_unclaimed_ms=round(statistics.median(ref_unclaimed), 4), allowed_excess_ms=round(allowed, 4),
+                       candidate_staging_ms=round(statistics.median(cand_stage), 4),
+                       reference_staging_ms=round(statistics.median(ref_stage), 4), allowed_staging_excess_ms=round(allowed_stage, 4),
+                       clock_estimate_ms=round(estimate, 4), clock_floor_ms=round(max(estimate - CONFIDENCE * error - floor, 0.0), 6))
+    if shift > allowed:
         raise TimingRejected(
-            f"the harness's clock disagrees with the ranks' timings: each call took {cand_unclaimed:.3f} ms more than the ranks "
-            f"claimed (the reference, timed the same way: {ref_unclaimed:.3f} ms; allowed {allowed:.3f} ms more), so work was "
-            f"done outside the timed interval or the timings were altered")
-    if cand_stage - ref_stage > allowed_stage:
+            f"the harness's clock disagrees with the ranks' timings: each call took {shift:.3f} ms more than the ranks claimed, "
+            f"beyond the harness's own cost of a call as the reference shows it ({check.reference_unclaimed_ms:.3f} ms; allowed "
+            f"{allowed:.3f} ms more): work was done outside the timed interval, or the timings were altered")
+    if stage_shift > allowed_stage:
         raise TimingRejected(
-            f"staging a call's inputs took {cand_stage:.3f} ms against the reference's {ref_stage:.3f} ms (allowed {allowed_stage:.3f} "
-            "ms more): work was done on the inputs before the timer started")
+            f"staging a call's inputs took {check.candidate_staging_ms:.3f} ms against the reference's "
+            f"{check.reference_staging_ms:.3f} ms (allowed {allowed_stage:.3f} ms more): work was done on the inputs before "
+            "the timer started")
     return check
 
 

@@ -8,8 +8,8 @@ back at once (a commitment: the parent later asks to see some calls' bytes and c
 it). In a candidate's process all of this is hostile territory; the parent treats every number
 that comes back as a claim (see sandbox/harness/timing.py).
 
-Messages from the parent: load, stage, call, burst, reveal, drop, profile, exit. Replies: loaded,
-staged, done, burst_done, revealed, dropped, profiled, failed; and compile (a request to the
+Messages from the parent: load, stage, call, burst, reveal, drop, profile (a rank ends when the
+parent kills its group). Replies: loaded, staged, done, burst_done, revealed, dropped, profiled, failed; and compile (a request to the
 parent, answered by compiled).
 """
 
@@ -29,10 +29,6 @@ MAX_INPUT_BLOB_BYTES = 64 * 2**30
 MAX_PROFILE_EVENTS = 20_000
 
 
-class Stop(Exception):
-    """The parent asked the rank to exit."""
-
-
 class RankServer:
     """Serves one rank. ``role`` is candidate or reference; subclasses add commands."""
 
@@ -49,7 +45,7 @@ class RankServer:
                                  on_cpu=config.get("on_cpu", False))
         self.torch = self.device.torch
         self.handlers = {"load": self.load, "stage": self.stage, "call": self.call, "burst": self.burst,
-                         "reveal": self.reveal, "drop": self.drop, "profile": self.profile, "exit": self.exit}
+                         "reveal": self.reveal, "drop": self.drop, "profile": self.profile}
 
     # ---------------------------------------------------------------- the loop
     def serve(self) -> None:
@@ -65,9 +61,6 @@ class RankServer:
                 if handler is None:
                     raise wire.WireError(f"unknown command {str(message.get('type'))[:40]!r}")
                 reply, reply_fds = handler(message, fds)
-            except Stop:
-                self.channel.send({"type": "bye"})
-                return
             except BaseException as error:  # noqa: BLE001 - every failure goes back to the parent
                 reply, reply_fds = self._failure(error), []
             finally:
@@ -186,7 +179,7 @@ class RankServer:
             for index in message["indices"]:
                 outputs = current["outputs"][index]
                 inputs = current["calls"][index]["leaves"]
-                blobs.append(wire.write_blob({"outputs": len(outputs)}, [*outputs, *inputs], name="reveal"))
+                blobs.append(wire.write_blob(len(outputs), [*outputs, *inputs], name="reveal"))  # tree: the output count
         except BaseException:
             for fd in blobs:
                 os.close(fd)
@@ -196,14 +189,6 @@ class RankServer:
     def drop(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         self.rounds.pop(message["round"], None)
         return {"type": "dropped", "round": message["round"]}, []
-
-    def exit(self, _message, _fds) -> tuple[dict, list]:
-        try:
-            self.device.synchronize()
-            self.device.dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - the process is about to end
-            pass
-        raise Stop()
 
     # ---------------------------------------------------------------- profile
     def profile(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
