@@ -122,13 +122,19 @@ def test_returning_the_first_result_forever_is_caught(local_sandbox, world):
 
 
 @pytest.mark.parametrize("world", WORLDS)
-def test_write_outside_the_work_dir_is_rejected(local_sandbox, world, tmp_path):
-    target = Path("/tmp") / f"kloop-escape-{uuid.uuid4().hex}"
-    code = source("all_reduce_escape_write").replace("/tmp/kloop-escape-marker", str(target))
-    report = evaluate_in(local_sandbox, code, config(world))
-    assert report.status == "rejected", report.message
-    assert str(target) in report.message
-    assert not target.exists()
+def test_writes_outside_the_work_dir_never_reach_the_host(local_sandbox, world, tmp_path):
+    """A host folder is out of reach (the call fails, the solution crashes); /tmp is the jail's
+    own, so a write there succeeds and vanishes with the jail."""
+    host_target = tmp_path / "escaped"
+    report = evaluate_in(local_sandbox, source("all_reduce_escape_write").replace("/tmp/kloop-escape-marker", str(host_target)),
+                         config(world))
+    assert report.status == "crashed" and ("Permission" in report.message or "No such file" in report.message), report.message
+    assert not host_target.exists()
+    private_target = Path("/tmp") / f"kloop-escape-{uuid.uuid4().hex}"
+    report = evaluate_in(local_sandbox, source("all_reduce_escape_write").replace("/tmp/kloop-escape-marker", str(private_target)),
+                         config(world))
+    assert report.status == "correct", report.message
+    assert not private_target.exists()
 
 
 def test_recheck_after_timing_catches_drift(local_sandbox):

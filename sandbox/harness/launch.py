@@ -2,20 +2,20 @@
 
 The reference's zygote is a plain child process (trusted code). The candidate's zygote starts
 inside a jail (sandbox.jail): its own namespaces, an unprivileged user, no capabilities,
-Landlock. What a candidate's ranks may read is an allow-list: system folders, Python and its
-packages, CUDA, and of this project only ``kloop_runtime`` and the rank package
-(``sandbox/__init__.py``, ``sandbox/runtime.py``, ``sandbox/rank/``); every other folder of the
-project (the judge, the problems and their oracles, the controller), the caches and the user's
-home are carved out of whatever allowed folder holds them. Its environment is an allow-list too.
+Landlock. Of this project a candidate's ranks get only a private copy of what they run
+(``kloop_runtime`` and the rank package, staged next to their work dir); the judge, the problems
+and their oracles, the controller, the caches and the user's home are out of their reach,
+also where they sit in a folder the ranks may otherwise read (site-packages). Their environment
+is an allow-list too.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -25,88 +25,43 @@ log = structlog.get_logger(__name__)
 
 CANDIDATE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST",
                  "KLOOP_CUDA_ARCH", "NCCL_DEBUG", "NCCL_P2P_LEVEL", "OMP_NUM_THREADS", "LD_LIBRARY_PATH")
-SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev",
-               "/run/nvidia-persistenced")
+PROJECT_PACKAGES = ("sandbox", "problems", "kloop_runtime", "prompts", "agent")
+RANK_FILES = ("__init__.py", "runtime.py", "rank")  # of `sandbox`: what a candidate's rank imports
 
 
-def _package_dir(name: str) -> Path:
-    module = sys.modules.get(name) or __import__(name)
-    return Path(module.__file__).resolve().parent
-
-
-def project_packages() -> dict[str, Path]:
-    return {name: _package_dir(name) for name in ("sandbox", "problems", "kloop_runtime", "prompts", "agent")
-            if _importable(name)}
-
-
-def _importable(name: str) -> bool:
+def _package_dir(name: str) -> Path | None:
     import importlib.util
 
-    return importlib.util.find_spec(name) is not None
+    spec = importlib.util.find_spec(name)
+    return Path(spec.origin).resolve().parent if spec and spec.origin else None
 
 
-def candidate_readable(extra: list[str] = ()) -> tuple[list[str], list[str]]:
-    """(readable, listable): folders and files a candidate rank may read, and the folders above
-    carved-out ones that it may only list (Python's importer lists folders to find modules)."""
-    packages = project_packages()
-    sandbox = packages["sandbox"]
-    allowed = [str(packages["kloop_runtime"]), str(sandbox / "__init__.py"), str(sandbox / "runtime.py"), str(sandbox / "rank")]
-    forbidden = [str(p) for p in packages.values()] + [str(settings.cache_root()), os.path.expanduser("~")]
-    roots = set(SYSTEM_READ) | {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    roots |= {entry for entry in sys.path if entry and os.path.isdir(entry)}
-    for name in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(name):
-            roots.add(os.environ[name])
-    readable, listable = carve(sorted(r for r in roots if os.path.exists(r)), forbidden, allowed)
-    return readable + list(extra), listable
+def stage_rank_packages(folder: Path) -> Path:
+    """A private copy of what a candidate's rank imports (kloop_runtime, and of sandbox only its
+    __init__, the runtime alias and the rank package), in ``folder``; returns it."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    runtime, sandbox = _package_dir("kloop_runtime"), _package_dir("sandbox")
+    shutil.copytree(runtime, folder / "kloop_runtime", ignore=ignore, dirs_exist_ok=True)
+    for name in RANK_FILES:
+        source = sandbox / name
+        if source.is_dir():
+            shutil.copytree(source, folder / "sandbox" / name, ignore=ignore, dirs_exist_ok=True)
+        else:
+            (folder / "sandbox").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, folder / "sandbox" / name)
+    return folder
 
 
-def carve(roots: list[str], forbidden: list[str], allowed: list[str]) -> tuple[list[str], list[str]]:
-    """``roots`` with every ``forbidden`` path (and what is below it) taken out, then ``allowed``
-    paths put back: each root that holds a forbidden path is replaced by its children, down the
-    path to it. Returns (readable, listable-only folders)."""
-    forbidden_real = [os.path.realpath(p) for p in forbidden]
-    allowed_real = [os.path.realpath(p) for p in allowed]
-
-    def inside(path: str, folder: str) -> bool:
-        return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-    readable: list[str] = []
-    listable: list[str] = []
-
-    def visit(path: str) -> None:
-        real = os.path.realpath(path)
-        if any(inside(real, f) for f in forbidden_real):
-            return
-        if not any(inside(f, real) for f in forbidden_real):
-            readable.append(real)
-            return
-        listable.append(real)
-        try:
-            children = sorted(os.listdir(real))
-        except OSError:
-            return
-        for child in children:
-            visit(os.path.join(real, child))
-
-    for root in roots:
-        visit(root)
-    readable += [a for a in allowed_real if os.path.exists(a)]
-    for path in allowed_real:  # the folders above an allowed path must be listable for imports
-        parent = os.path.dirname(path)
-        while parent and parent != "/" and parent not in listable and not any(inside(parent, r) for r in readable):
-            listable.append(parent)
-            parent = os.path.dirname(parent)
-    return sorted(set(readable)), sorted(set(listable))
+def hidden_paths() -> tuple[str, ...]:
+    """What a candidate's rank may not read even inside folders it may: this project's packages
+    (in place or installed) and the caches. (The rest of the home folder is not readable anyway.)"""
+    found = [str(p) for name in PROJECT_PACKAGES if (p := _package_dir(name)) is not None]
+    return tuple(found + [str(settings.cache_root())])
 
 
-def candidate_env(workdir: Path, mode: str) -> dict[str, str]:
+def candidate_env(workdir: Path, packages: Path, mode: str) -> dict[str, str]:
     env = {name: os.environ[name] for name in CANDIDATE_ENV if name in os.environ}
-    packages = project_packages()
-    paths = [str(packages["kloop_runtime"].parent)]
-    if str(packages["sandbox"].parent) not in paths:
-        paths.append(str(packages["sandbox"].parent))
-    env.update(settings.MULTICAST_OFF, PYTHONPATH=os.pathsep.join(paths), HOME=str(workdir), TMPDIR=str(workdir / "tmp"),
+    env.update(settings.MULTICAST_OFF, PYTHONPATH=str(packages), HOME=str(workdir), TMPDIR=str(workdir / "tmp"),
                PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONUNBUFFERED="1",
                NCCL_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo", TRITON_CACHE_DIR=str(workdir / "triton"),
                TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"))
@@ -147,18 +102,18 @@ def reference_launcher(workdir: Path, mode: str):
 
 
 def candidate_launcher(workdir: Path, mode: str, network: str):
-    try:
-        from sandbox.jail import Jail, JailSpec
-    except ImportError:  # TEMPORARY until sandbox.jail lands
-        return _interim_launcher(workdir, mode)
+    """Start the candidate's zygote in a jail writing only ``workdir``; the rank packages are
+    staged beside it (``<workdir>-packages``), readable, not writable."""
+    from sandbox.jail import Jail, JailSpec
 
-    readable, listable = candidate_readable()
-    spec = JailSpec(workdir=workdir, readable=readable, listable=listable, network=network,
-                    env=candidate_env(workdir, mode), devices="none" if mode == "cpu" else "cuda")
+    packages = stage_rank_packages(workdir.with_name(workdir.name + "-packages"))
+    spec = JailSpec(workdir=str(workdir), readable=(str(packages),), hidden=hidden_paths(), network=network,
+                    env=candidate_env(workdir, packages, mode), devices="none" if mode == "cpu" else "cuda")
 
     def launch(argv: list[str], pass_fds: list[int], log_fd: int) -> Launched:
-        jail = Jail.start(spec, [sys.executable, "-m", "sandbox.rank", *argv], pass_fds=pass_fds, stdout=log_fd)
-        return Launched(jail, list(jail.measures), jail.kill)
+        jail = Jail.start(spec, [sys.executable, "-m", "sandbox.rank", *argv], pass_fds=tuple(pass_fds), stdout=log_fd,
+                          stderr=log_fd)
+        return Launched(jail, [*jail.measures, *(f"gap: {gap}" for gap in jail.gaps)], jail.kill)
 
     return launch
 
@@ -174,14 +129,3 @@ def _kill_session(process: subprocess.Popen) -> None:
         process.wait(5)
     except subprocess.TimeoutExpired:
         pass
-
-
-def _interim_launcher(workdir: Path, mode: str):
-    env = candidate_env(workdir, mode)
-
-    def launch(argv: list[str], pass_fds: list[int], log_fd: int) -> Launched:
-        process = subprocess.Popen([sys.executable, "-m", "sandbox.rank", *argv], pass_fds=pass_fds, stdin=subprocess.DEVNULL,
-                                   stdout=log_fd, stderr=log_fd, cwd=workdir, env=env, start_new_session=True)
-        return Launched(process, ["interim"], lambda: _kill_session(process))
-
-    return launch

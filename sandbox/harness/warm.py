@@ -42,15 +42,23 @@ def reference_config(problem_ref: str, device: str, dtype: str, shape: dict[str,
             "on_cpu": device == "emulate", "problem_ref": problem_ref}
 
 
+def _fresh(folder: Path) -> Path:
+    """``folder``, empty (a group's FileStore must not find an earlier group's file)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
 def start_reference(world: int, device: str, problem_ref: str, dtype: str, shape: dict[str, Any], folder: Path) -> RankGroup:
-    (folder / "tmp").mkdir(parents=True, exist_ok=True)
+    (_fresh(folder) / "tmp").mkdir()
     return RankGroup("reference", world, reference_config(problem_ref, device, dtype, shape, folder),
                      reference_launcher(folder, device), None)
 
 
 def start_candidate(world: int, device: str, allow_nccl: bool, folder: Path, dtype: str, shape: dict[str, Any]) -> RankGroup:
+    _fresh(folder)
     for sub in ("tmp", "build"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
+        (folder / sub).mkdir()
     config = {"mode": device, "dtype": dtype, "shape": shape, "store": str(folder / "store"), "collectives": allow_nccl}
     group = RankGroup("candidate", world, config, candidate_launcher(folder, device, "loopback" if allow_nccl else "none"), None)
     group.workdir = folder
@@ -89,9 +97,7 @@ class WarmGroups:
         self._candidates: dict[GroupKey, list[tuple[threading.Thread, list]]] = {}  # oldest first
 
     def _folder(self, role: str) -> Path:
-        folder = self.root / f"{role}-{next(self._ids)}"
-        folder.mkdir(parents=True)
-        return folder
+        return self.root / f"{role}-{next(self._ids)}"
 
     @staticmethod
     def _keys(evaluation) -> tuple[GroupKey, GroupKey]:

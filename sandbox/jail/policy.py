@@ -46,11 +46,45 @@ def cuda_paths() -> list[str]:
     return sorted(p for p in candidates if p and os.path.exists(p))
 
 
-def read_paths(readable: tuple[str, ...] = ()) -> list[str]:
-    """Everything the tree may read and execute, each also by its resolved path."""
-    paths = [*SYSTEM_DIRS, *etc_entries(), *python_paths(), *cuda_paths(), *readable]
+def read_paths(readable: tuple[str, ...] = (), hidden: tuple[str, ...] = ()) -> list[str]:
+    """Everything the tree may read and execute, each also by its resolved path: the system's,
+    Python's and CUDA's folders less the ``hidden`` paths inside them (a folder that holds one is
+    replaced by its other entries), and ``readable``."""
+    paths = [*SYSTEM_DIRS, *etc_entries(), *python_paths(), *cuda_paths()]
     resolved = {r for p in paths if not (r := os.path.realpath(p)).startswith("/proc/")}  # not /etc/mtab's /proc/<pid>
-    return sorted(p for p in set(paths) | resolved if os.path.exists(p))
+    allowed = sorted(p for p in set(paths) | resolved if os.path.exists(p))
+    if hidden:
+        allowed = carve(allowed, [os.path.realpath(h) for h in hidden])
+    extra = {p for given in readable for p in (given, os.path.realpath(given)) if os.path.exists(p)}
+    return sorted(set(allowed) | extra)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def carve(paths: list[str], hidden: list[str]) -> list[str]:
+    """``paths`` with each hidden path (and what is below it) taken out: a path that holds a
+    hidden one gives way to its entries, down the way to it."""
+    kept: list[str] = []
+
+    def visit(path: str) -> None:
+        real = os.path.realpath(path)
+        if any(_inside(real, h) for h in hidden):
+            return
+        if not os.path.isdir(real) or not any(_inside(h, real) for h in hidden):
+            kept.append(path)
+            return
+        try:
+            entries = sorted(os.listdir(real))
+        except OSError:
+            return
+        for entry in entries:
+            visit(os.path.join(real, entry))
+
+    for path in paths:
+        visit(path)
+    return sorted(set(kept))
 
 
 def device_rights(devices: str) -> dict[str, int]:

@@ -25,6 +25,8 @@ class JailSpec:
     workdir: the only folder the tree may write besides its private /tmp and /dev/shm; its
       home and current directory. When kloop runs as root it is handed to the tree's uid.
     readable: further files or folders the tree may read (a rank package, a compile cache).
+    hidden: files or folders inside readable ones that the tree may not read (a project's
+      packages where they sit in site-packages next to the ones it needs).
     network: "none" (no TCP at all, no interface but a downed loopback) or "loopback"
       (loopback only: gloo, NCCL bootstrap between the tree's own processes).
     uid: the tree's uid (and gid) when kloop runs as root (default 65534); as non-root the
@@ -36,6 +38,7 @@ class JailSpec:
 
     workdir: str
     readable: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
     network: str = "none"
     uid: int | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -62,7 +65,7 @@ class JailSpec:
         root = os.geteuid() == 0
         uid = (NOBODY if self.uid is None else self.uid) if root else os.geteuid()
         return {
-            "argv": list(argv), "workdir": self.workdir, "read": policy.read_paths(self.readable),
+            "argv": list(argv), "workdir": self.workdir, "read": policy.read_paths(self.readable, self.hidden),
             "devices": policy.device_rights(self.devices), "network": self.network, "root": root, "uid": uid,
             "gid": uid if root else os.getegid(), "env": dict(self.env), "rlimits": {**DEFAULT_RLIMITS, **self.rlimits},
             "pass_fds": list(pass_fds),
