@@ -255,6 +255,8 @@ def _run_payload(config: dict, measures: list[str], report_fd: int) -> None:
         tmpdir = "/tmp" if private_tmp else os.path.join(workdir, ".tmp")
         os.makedirs(tmpdir, exist_ok=True)
         write = [workdir, "/dev/shm"] + (["/tmp"] if private_tmp else [])
+        if any("nvidia" in path for path in config["devices"]):
+            write.append("/proc")  # the CUDA driver writes its own /proc files (else: error 304 at init); file permissions still apply
         if _attempt(seccomp.install, False):
             measures.append("seccomp")
         measures += _attempt(lambda: landlock.restrict(read=config["read"], write=write, devices=config["devices"],
