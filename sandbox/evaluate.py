@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sandbox.backends import Sandbox, SandboxError
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport, LogExcerpt
+from sandbox.readiness import wait_readable
 
 log = structlog.get_logger(__name__)
 
@@ -125,13 +126,11 @@ class WarmEvaluator:
 
 
 def _read_line(stream, timeout_s: float) -> bytes:
-    import select
-
     deadline = time.monotonic() + timeout_s
     buffer = b""
     while not buffer.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([stream], [], [], left)[0]:
+        if left <= 0 or not wait_readable([stream], left):
             raise TimeoutError(f"no report within {timeout_s:.0f} s")
         chunk = os.read(stream.fileno(), 1 << 20)
         if not chunk:

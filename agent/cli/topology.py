@@ -29,8 +29,8 @@ def command(
         print(measurement.model_dump_json(indent=2))
         return
     from agent.render import print_topology
-    from sandbox.runtime.build import default_cache_root
+    from kloop_runtime.settings import cache_root
 
     print_topology(measurement, console)
-    where = cache_path(default_cache_root(), measurement.key)
+    where = cache_path(cache_root(), measurement.key)
     console.print(f"{'measured now' if fresh else 'from the cache'}: {where} (--refresh measures again)", highlight=False)

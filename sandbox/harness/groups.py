@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import socket
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from sandbox.backends.base import CappedReader
 from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
 from sandbox.rank.wire import Channel, ChannelClosed, WireError
+from sandbox.readiness import wait_readable
 
 log = structlog.get_logger(__name__)
 
@@ -115,7 +115,7 @@ class RankGroup:
         """Nothing may be waiting from a rank between commands: an unasked message is a
         protocol violation (a rank answering for a call it was not yet given, say)."""
         live = [c for r, c in enumerate(self.channels) if self.alive[r]]
-        ready, _, _ = select.select(live, [], [], 0) if live else ([], [], [])
+        ready = wait_readable(live, 0)
         for channel in ready:
             rank = self.channels.index(channel)
             try:
@@ -144,7 +144,7 @@ class RankGroup:
                 self.healthy = False
                 raise StageTimeout(stage, timeout_s, sorted(set(range(self.world)) - set(answers)))
             waiting = {c.fileno(): r for r, c in enumerate(self.channels) if r not in answers}
-            ready, _, _ = select.select(list(waiting), [], [], limit - now)
+            ready = wait_readable(list(waiting), limit - now)
             for fd in ready:
                 rank = waiting[fd]
                 answer = self._receive(rank, expect)

@@ -26,7 +26,7 @@ log = structlog.get_logger(__name__)
 CANDIDATE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST",
                  "KLOOP_CUDA_ARCH", "NCCL_DEBUG", "NCCL_P2P_LEVEL", "OMP_NUM_THREADS", "LD_LIBRARY_PATH")
 PROJECT_PACKAGES = ("sandbox", "problems", "kloop_runtime", "prompts", "agent")
-RANK_FILES = ("__init__.py", "runtime.py", "rank")  # of `sandbox`: what a candidate's rank imports
+RANK_FILES = ("__init__.py", "runtime.py", "rank", "readiness.py")  # of `sandbox`: what a candidate's rank imports
 
 
 def _package_dir(name: str) -> Path | None:

@@ -27,6 +27,7 @@ import stat
 import time
 
 from sandbox.jail import kernel, landlock, mounts, seccomp
+from sandbox.readiness import wait_readable
 
 _NAMESPACES = ((kernel.CLONE_NEWPID, "pid-namespace"), (kernel.CLONE_NEWNS, "mount-namespace"),
                (kernel.CLONE_NEWNET, "net-namespace"), (kernel.CLONE_NEWIPC, "ipc-namespace"))
@@ -199,7 +200,7 @@ def _end_tree(scoped: bool, session_r: int) -> None:
 # ---------------------------------------------------------------------- supervisor
 def _supervise(config: dict, measures: list[str], status_fd: int, alive_r: int, session_w: int) -> int:
     kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
-    if select.select([alive_r], [], [], 0)[0]:
+    if wait_readable([alive_r], 0):
         return 1  # the keeper died before the line above
     os.close(alive_r)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # PID 1 ignores signals it has no handler for

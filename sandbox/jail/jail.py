@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from sandbox.jail.spec import JailError, JailSpec, gaps
+from sandbox.readiness import wait_readable
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding `sandbox`
 KILL_WAIT_S = 10.0
@@ -77,7 +77,7 @@ class Jail:
         """The next status line from the jail's init; None at end of stream or at the deadline."""
         while b"\n" not in self._buffer:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self._status_fd], [], [], wait)[0]:
+            if not wait_readable([self._status_fd], wait):
                 return None
             chunk = os.read(self._status_fd, 65536)
             if not chunk:

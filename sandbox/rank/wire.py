@@ -20,11 +20,12 @@ import json
 import math
 import mmap
 import os
-import select
 import socket
 import struct
 import warnings
 from typing import Any, Iterable
+
+from sandbox.readiness import wait_readable
 
 MAX_INLINE_BYTES = 60_000
 MAX_HEADER_BYTES = 8 * 2**20
@@ -89,8 +90,7 @@ class Channel:
                 os.close(fd)
 
     def poll(self, timeout_s: float | None) -> bool:
-        readable, _, _ = select.select([self.sock], [], [], timeout_s)
-        return bool(readable)
+        return bool(wait_readable([self.sock], timeout_s))
 
     def recv(self, timeout_s: float | None = None) -> tuple[dict[str, Any], list[int]]:
         if timeout_s is not None and not self.poll(timeout_s):
