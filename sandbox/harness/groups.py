@@ -66,6 +66,7 @@ class RankGroup:
                  launch: Callable[[list[str], list[int], int], Any], compile_server: CompileServer | None):
         self.role, self.world = role, world
         self.compile_server = compile_server
+        self.spent_s: dict[str, float] = {}  # wall seconds per command type, asked to answered
         self.channels: list[Channel] = []
         self.readers: list[CappedReader] = []
         child_fds, entries = [], []
@@ -107,9 +108,14 @@ class RankGroup:
             fds: list[list[int]] | None = None) -> list[Answer | RankFailure]:
         """Send ``message`` (one for all, or one per rank) and collect one reply per rank."""
         self.check_quiet()
+        started = time.perf_counter()
         for rank in range(self.world):
             self.send(rank, message[rank] if isinstance(message, list) else message, fds[rank] if fds else ())
-        return self.collect(expect, timeout_s, stage)
+        try:
+            return self.collect(expect, timeout_s, stage)
+        finally:
+            kind = str((message[0] if isinstance(message, list) else message).get("type"))
+            self.spent_s[kind] = self.spent_s.get(kind, 0.0) + time.perf_counter() - started
 
     def check_quiet(self) -> None:
         """Nothing may be waiting from a rank between commands: an unasked message is a

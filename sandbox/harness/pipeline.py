@@ -14,6 +14,8 @@ same inputs, and the claimed times are checked against the parent's own clock
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import shutil
 import statistics
@@ -70,6 +72,7 @@ class Evaluation:
         self.compile_server: CompileServer | None = None
         self.rounds = 0
         self.device_name = "cpu"
+        self.parent_spent_s: dict[str, float] = {}  # the parent's own work: reading blobs, judging
         self.report = EvalReport(
             status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
             dtype=self.dtype, size=self.size, trials=config.trials, public_seeds=[config.seed + t for t in range(config.trials)],
@@ -111,8 +114,24 @@ class Evaluation:
                 self.report.speedup = None
                 self.report.speedup_ci = None
             self.report.stage_wall_s["teardown"] = round(time.monotonic() - teardown, 3)
+            self.report.harness_breakdown_s = self._breakdown()
             self.report.wall_s = round(time.monotonic() - started, 3)
         return self.report
+
+    def _breakdown(self) -> dict[str, float]:
+        spent = {f"parent {kind}": s for kind, s in self.parent_spent_s.items()}
+        for group in self.groups:
+            if group is not None:
+                spent.update({f"{group.role} {kind}": s for kind, s in group.spent_s.items()})
+        return {kind: round(s, 3) for kind, s in sorted(spent.items(), key=lambda item: -item[1])}
+
+    @contextlib.contextmanager
+    def _parent_work(self, kind: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.parent_spent_s[kind] = self.parent_spent_s.get(kind, 0.0) + time.perf_counter() - started
 
     def _apply(self, verdict: Verdict) -> None:
         self.report.status = verdict.status
@@ -231,11 +250,12 @@ class Evaluation:
             for i, c in enumerate(calls)]}
         answers = self._expect(self.reference.ask(message, m.Made, self.config.timeouts.correctness_s, "reference inputs"),
                                "reference")
-        for answer in answers:
-            fds = list(answer.fds)
-            for call, summary in zip(calls, answer.reply.calls):
-                call.inputs.append(fds.pop(0))
-                call.expected.append(Expected.read(summary, fds.pop(0)) if summary["expect"] else None)
+        with self._parent_work("reading expected outputs"):
+            for answer in answers:
+                fds = list(answer.fds)
+                for call, summary in zip(calls, answer.reply.calls):
+                    call.inputs.append(fds.pop(0))
+                    call.expected.append(Expected.read(summary, fds.pop(0)) if summary["expect"] else None)
         return calls
 
     def _stage(self, group: RankGroup, round_id: int, calls: list[Call], stage: str) -> float:
@@ -273,16 +293,16 @@ class Evaluation:
         answers = self._candidate(self.candidate.ask({"type": "reveal", "round": round_id, "indices": indices}, m.Revealed,
                                                      self.config.timeouts.correctness_s, stage))
         shown: list[list[Revealed]] = [[] for _ in indices]
-        try:
+        with self._parent_work("reading revealed outputs"), contextlib.ExitStack() as cleanup:
+            cleanup.callback(close_answers, answers)
             for answer in answers:
                 if answer.reply.indices != indices or len(answer.fds) != len(indices):
                     raise m.ProtocolViolation(f"rank {answer.rank} revealed other calls than those asked for")
                 for position, fd in enumerate(answer.fds):
-                    shown[position].append(Revealed.read(fd, MAX_REVEAL_BYTES))
-        except (ValueError, TypeError, OSError) as error:
-            raise m.ProtocolViolation(f"a revealed call could not be read: {error}") from None
-        finally:
-            close_answers(answers)
+                    try:
+                        shown[position].append(Revealed.read(fd, MAX_REVEAL_BYTES))
+                    except (ValueError, TypeError, OSError) as error:
+                        raise m.ProtocolViolation(f"a revealed call could not be read: {error}") from None
         return shown
 
     def _drop(self, group: RankGroup, round_id: int) -> None:
@@ -298,7 +318,8 @@ class Evaluation:
         return torch.device("cuda", 0) if self.config.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
 
     def _judge(self, calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], **hints: Any) -> list[RankVerdict]:
-        return judge(calls, revealed, committed, self.problem.spec, self._compare_device(), **hints)
+        with self._parent_work("judging"):
+            return judge(calls, revealed, committed, self.problem.spec, self._compare_device(), **hints)
 
     # ------------------------------------------------------------------ stages
     def _correctness(self) -> None:
