@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 
 import hashlib
+import os
 import shutil
 import statistics
 import threading
@@ -48,6 +49,7 @@ from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary,
 log = structlog.get_logger(__name__)
 
 ROUND_BYTES = 2 * 2**30  # a round's inputs, per rank, at most (each call has its own)
+TIMED_BYTES = 2**30  # all timed calls' inputs, per rank and group: large calls are timed fewer times (MIN_ROUNDS at least)
 MAX_ROUND_CALLS = 16
 MIN_ROUNDS = 4  # timed rounds per group at the least (the speedup's interval resamples them)
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
@@ -360,7 +362,7 @@ class Evaluation:
 
     def _performance(self) -> None:
         config = self.config
-        size = self._round_size()
+        size, target = self._round_size()
         reference = timing.Series(self.reference.overheads)
         candidate = timing.Series(self.candidate.overheads)
         deadline = time.monotonic() + config.timing_budget_s
@@ -370,7 +372,7 @@ class Evaluation:
             pair += 1
             self._timed_round_pair(size, reference, candidate, pair)
             calls_done = sum(len(r.wall_ms) for r in candidate.rounds)
-            if pair >= MIN_ROUNDS and (calls_done >= config.iterations or (time.monotonic() > deadline and calls_done >= 10)):
+            if pair >= MIN_ROUNDS and (calls_done >= target or (time.monotonic() > deadline and calls_done >= 10)):
                 break
         try:
             self.report.timing_check = timing.check_clock(candidate, reference, config.device)
@@ -390,15 +392,16 @@ class Evaluation:
             self.report.speedup_ci = [round(low, 4), round(high, 4)]
         self._roofline(cand)
 
-    def _round_size(self) -> int:
+    def _round_size(self) -> tuple[int, int]:
+        """Calls per timed round, and timed calls in all: ``iterations``, fewer where the inputs
+        are so large that staging them would take far longer than the calls."""
         probe = self._make(self.plan.fresh_keys(1), set(), [0])
         try:
-            import os
-
             nbytes = max(os.fstat(fd).st_size for fd in probe[0].inputs)
         finally:
             probe[0].close()
-        return max(1, min(MAX_ROUND_CALLS, ROUND_BYTES // max(nbytes, 1), -(-self.config.iterations // MIN_ROUNDS)))
+        target = max(MIN_ROUNDS, min(self.config.iterations, TIMED_BYTES // max(nbytes, 1)))
+        return max(1, min(MAX_ROUND_CALLS, ROUND_BYTES // max(nbytes, 1), -(-target // MIN_ROUNDS))), target
 
     def _timed_round_pair(self, count: int, reference: timing.Series | None, candidate: timing.Series | None, pair: int) -> None:
         checked = set(self.plan.checked(count, CHECKED_SHARE))

@@ -173,35 +173,36 @@ def read_sealed(fd: int, max_bytes: int) -> bytes:
 # ---------------------------------------------------------------------------- blobs
 def write_blob(tree: Any, tensors: list, name: str = "blob") -> int:
     """A sealed memfd holding ``tree`` (plain JSON with {"T": i} tensor references) and the bytes
-    of ``tensors`` (torch tensors, any device; copied to the CPU)."""
-    specs, chunks, keep, offset = [], [], [], 0
+    of ``tensors`` (torch tensors, any device), each copied once, straight into the memfd."""
+    import torch
+
+    specs, flats, offset = [], [], 0
     for tensor in tensors:
         flat = tensor.detach().contiguous().reshape(-1)
-        if flat.device.type != "cpu":
-            flat = flat.cpu()
         nbytes = flat.numel() * flat.element_size()
         specs.append({"dtype": dtype_name(flat.dtype), "shape": list(tensor.shape), "offset": offset, "nbytes": nbytes,
                       "requires_grad": bool(tensor.requires_grad)})
-        keep.append(flat)
-        chunks.append(_tensor_bytes(flat))
-        pad = -nbytes % ALIGN
-        if pad:
-            chunks.append(bytes(pad))
-        offset += nbytes + pad
+        flats.append(flat)
+        offset += nbytes + (-nbytes % ALIGN)
     header = json.dumps({"tree": tree, "tensors": specs}, separators=(",", ":"), allow_nan=False).encode()
     prefix = MAGIC + struct.pack("<Q", len(header)) + header
     prefix += bytes(-len(prefix) % ALIGN)
-    return _sealed_memfd(name, [prefix, *chunks])
-
-
-def _tensor_bytes(flat) -> memoryview:
-    """A view of a contiguous CPU tensor's bytes, without a copy (the caller keeps it alive)."""
-    import ctypes
-
-    nbytes = flat.numel() * flat.element_size()
-    if nbytes == 0:
-        return memoryview(b"")
-    return memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B")
+    fd = os.memfd_create(f"kloop-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        total = len(prefix) + offset
+        os.ftruncate(fd, total)
+        with mmap.mmap(fd, total, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) as region:
+            region[:len(prefix)] = prefix
+            for flat, spec in zip(flats, specs):
+                if spec["nbytes"]:
+                    target = torch.frombuffer(region, dtype=torch.uint8, count=spec["nbytes"], offset=len(prefix) + spec["offset"])
+                    target.copy_(flat.view(torch.uint8))
+                    del target
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class Blob:
