@@ -192,7 +192,7 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
     import torch
 
     from sandbox.harness.compare import compare_outputs
-    from sandbox.harness.judge import Verdict
+    from sandbox.harness.verdict import Verdict
     from sandbox.harness.reference_outputs import run_reference
     from sandbox.harness.groups import StageTimeout
 
