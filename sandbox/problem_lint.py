@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from problems.spec import CATEGORIES, Cost, Problem
+from problems.contract import CATEGORIES, Cost, Problem
 
 DEFAULT_SEEDS = (20_240_601, 77_777)
 ELEMENT_ERROR = 0.05  # one element moved by this fraction of the output's max-abs must fail

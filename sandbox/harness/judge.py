@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from problems.spec import ProblemSpec
+from problems.contract import ProblemSpec
 from sandbox.harness.calls import Call, Expected, Revealed, original_inputs
 from sandbox.harness.compare import compare_outputs, error_summary
 from sandbox.harness.verdict import Verdict

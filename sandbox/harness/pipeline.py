@@ -26,7 +26,7 @@ import structlog
 
 from kloop_runtime import settings
 from problems import get_problem, load_ref
-from problems.spec import Problem
+from problems.contract import Problem
 from sandbox import performance, topology
 from sandbox.harness import messages as m
 from sandbox.harness import timing

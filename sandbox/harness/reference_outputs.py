@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from problems.spec import Problem
+from problems.contract import Problem
 from sandbox.harness import messages as m
 from sandbox.harness.calls import Expected
 from sandbox.harness.groups import RankFailure, RankGroup, close_answers
