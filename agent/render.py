@@ -13,7 +13,7 @@ from sandbox.report import EvalReport, ProfileSummary
 from sandbox.topology_measure import HostMeasurement
 
 if TYPE_CHECKING:
-    from problems.spec import Problem
+    from problems.contract import Problem
     from sandbox.problem_lint import LintResult
     from sandbox.topology import ProblemRoofline
 

@@ -19,7 +19,7 @@ from sandbox.gpu_pool import gpus_needed
 from sandbox.harness.config import HarnessConfig
 
 if TYPE_CHECKING:
-    from problems.spec import Problem
+    from problems.contract import Problem
 
 RunMode = Literal["loop", "single"]
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from common import ROOT, HarnessConfig, LocalSandbox, evaluate_in, print_table
 
+from sandbox.harness.config import DEVICE_MODES
+
 STAGES = ("static", "startup", "reference", "build", "correctness", "performance", "recheck", "profile", "teardown")
 
 
@@ -24,7 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", default="all_reduce")
     parser.add_argument("--candidate", default=str(ROOT / "tests/candidates/all_reduce_symm.py"))
-    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda", "emulate"])
+    parser.add_argument("--device", default="cuda", choices=DEVICE_MODES)
     parser.add_argument("--world", type=int, default=1)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--warm-runs", type=int, default=2)

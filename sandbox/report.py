@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox.harness.config import DeviceMode
+
 Status = Literal["correct", "wrong", "build_failed", "crashed", "timeout", "rejected"]
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 Stage = Literal["static", "build", "correctness", "stress", "performance", "recheck", "profile", "done"]
@@ -207,7 +209,7 @@ class EvalReport(ReportModel):
     stage: Stage = "static"
     problem: str
     world: int
-    device: Literal["cpu", "cuda", "emulate"]
+    device: DeviceMode
     dtype: str
     size: str
     trials: int = 0

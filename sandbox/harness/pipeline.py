@@ -29,7 +29,7 @@ import structlog
 
 from kloop_runtime import settings
 from problems import get_problem, load_ref
-from problems.spec import Problem
+from problems.contract import Problem
 from sandbox import performance, topology
 from sandbox.harness import messages as m
 from sandbox.harness import timing
@@ -37,12 +37,13 @@ from sandbox.harness.calls import Call, CallPlan, Expected, Revealed
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.config import HarnessConfig
 from sandbox.harness.groups import Answer, RankFailure, RankGroup, StageTimeout, close_answers
-from sandbox.harness.judge import Verdict, judge
+from sandbox.harness.judge import judge
 from sandbox.harness.warm import FreshGroups
 from sandbox.harness.sealed_cache import SealedCache, cache_key
 from sandbox.harness.seeds import host_secret
 from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
+from sandbox.harness.verdict import Verdict
 from sandbox.nvml import gpu_model_name
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 
@@ -160,9 +161,9 @@ class Evaluation:
             self.source = path.read_text()
         except (OSError, UnicodeDecodeError) as error:
             raise Verdict("build_failed", f"cannot read the solution {self.config.solution}: {error}") from None
-        result = check_source(self.source, self.config.solution.name, allow_nccl=self.config.allow_nccl)
-        if result.status != "ok":
-            raise Verdict(result.status, result.message)
+        verdict = check_source(self.source, self.config.solution.name, allow_nccl=self.config.allow_nccl)
+        if not verdict.ok:
+            raise verdict
 
     def _start(self) -> None:
         config = self.config
