@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FAST_LIMIT = 2.0  # a candidate doing the reference's work (or less of it, by cheating) must not report more
+FAST_LIMIT = 2.5  # a candidate doing the reference's work (or less, by cheating) must not report more (equal work read 0.9-1.9x on a loaded 2-core box)
 LOG_CAP_CHARS = 20_000  # what a report may carry of one rank's output
 
 

@@ -495,23 +495,24 @@ def tree_tensors(tree: Any, tensors: list) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- commitments
-def tensor_checksum(tensor) -> int:
-    """An integer fixed by the tensor's bytes: the sum of its 32-bit words (and trailing bytes),
-    computed where the tensor lives. Deterministic on any device, so the parent can recompute it
-    from revealed bytes."""
-    import torch
+def tensor_digest(tensor) -> str:
+    """SHA-256 of the tensor's bytes (copied to the CPU where it lives elsewhere). A commitment
+    must bind the bytes: a sum of words did not. It is linear, so a rank could commit to outputs
+    it had not made (the word-sum of a concatenation is the sum of its parts' word-sums: an
+    all-gather committed by exchanging one number per rank, and computed only when asked to show
+    it; tests/fixtures/hostile/wordsum_commitment_forgery.py), and within a tolerance any sum can
+    be hit by nudging low bits."""
+    import hashlib
 
-    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    whole = flat.numel() - flat.numel() % 4
-    total = int(flat[:whole].view(torch.int32).sum(dtype=torch.int64)) if whole else 0
-    if whole != flat.numel():
-        total += int(flat[whole:].sum(dtype=torch.int64))
-    return total % 2**64
+    flat = tensor.detach().contiguous().reshape(-1)
+    if flat.device.type != "cpu":
+        flat = flat.cpu()
+    return hashlib.sha256(_tensor_bytes(flat)).hexdigest()
 
 
 def commitment(tensors: list) -> str:
-    """A short digest of ``tensors`` (dtypes, shapes and checksums), in order."""
+    """A short digest of ``tensors`` (dtypes, shapes and the SHA-256 of their bytes), in order."""
     import hashlib
 
-    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_checksum(t)] for t in tensors]
+    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_digest(t)] for t in tensors]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
