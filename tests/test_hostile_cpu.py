@@ -62,3 +62,13 @@ def test_every_fixture_says_what_it_must_not_get():
         assert fixture.expect in ("not-correct", "not-fast", "no-leak", "build_failed"), fixture.id
     for fixture in HONEST + hc.corpus("honest", device="cuda"):
         assert fixture.source().startswith('"""HONEST') and fixture.expect == "correct", fixture.id
+
+
+def test_no_hostile_fixture_is_stopped_by_the_static_lint():
+    """The static checks are early lint, not the boundary: a fixture they stopped would prove
+    nothing about the run-time defences (only the unparsable one is meant for them)."""
+    from sandbox.harness.static_checks import check_source
+
+    for fixture in hc.corpus("hostile", device="any") + hc.corpus("honest", device="any"):
+        verdict = check_source(fixture.source(), allow_nccl=fixture.allow_nccl)
+        assert (verdict.status == "build_failed") == (fixture.expect == "build_failed"), (fixture.id, verdict.message)
