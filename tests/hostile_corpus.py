@@ -35,6 +35,7 @@ class Fixture:
     size: str | None = None
     timed: bool = False
     message: str | None = None
+    known_hole: str | None = None  # a breach this judge cannot stop yet (the reason): the test is a strict xfail
     summary: str = field(default="", compare=False)
 
     @property
@@ -60,7 +61,7 @@ def load(path: Path) -> Fixture:
         worlds=tuple(int(w) for w in head.get("worlds", "2,4,8").split(",")),
         leaves=tuple(p.strip() for p in head.get("leaves", "").split(",") if p.strip()),
         device=head.get("device", "cpu"), size=head.get("size"),
-        timed=expect == "not-fast" or head.get("timed") == "yes", message=head.get("message"), summary=first,
+        timed=expect == "not-fast" or head.get("timed") == "yes", message=head.get("message"), known_hole=head.get("known-hole"), summary=first,
     )
 
 

@@ -20,7 +20,9 @@ WORLDS = (2, 4, 8)
 
 
 def _cases(fixtures):
-    return [pytest.param(f, w, id=f"{f.name}-w{w}") for f in fixtures for w in WORLDS if w in f.worlds]
+    return [pytest.param(f, w, id=f"{f.name}-w{w}",
+                         marks=[pytest.mark.xfail(strict=True, reason=f.known_hole)] if f.known_hole else [])
+            for f in fixtures for w in WORLDS if w in f.worlds]
 
 
 @pytest.fixture(scope="module")
