@@ -364,13 +364,10 @@ class Evaluation:
             raise Verdict("rejected", str(rejected)) from None
         self.report.reference_timing = self._timing(reference)
         self.report.candidate_timing = self._timing(candidate)
-        floor, estimate = self.report.timing_check.clock_floor_ms, self.report.timing_check.clock_estimate_ms
-        if self.report.candidate_timing.median_ms < floor:
-            # The clock's estimate, not its lower bound: the bound sits 3 standard errors below it, so a rank that
-            # claims nothing would read up to ref / (t - 3 SE) where it took t (tests/fixtures/hostile/timed_claims_zero.py)
-            self.report.notes.append(f"the ranks' timings ({self.report.candidate_timing.median_ms:.4f} ms per call) are less than "
-                                     f"the harness's clock allows (at least {floor:.4f} ms); the clock's {estimate:.4f} ms is reported")
-            self.report.candidate_timing.median_ms = max(estimate, floor)
+        median, note = timing.reported_ms(self.report.candidate_timing.median_ms, self.report.timing_check)
+        if note:
+            self.report.notes.append(note)
+            self.report.candidate_timing.median_ms = median
         ref, cand = self.report.reference_timing, self.report.candidate_timing
         if cand.median_ms > 0:
             self.report.speedup = round(ref.median_ms / cand.median_ms, 4)
