@@ -18,7 +18,8 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAST_LIMIT = 2.5  # a candidate doing the reference's work (or less, by cheating) must not report more (equal work read 0.9-1.9x on a loaded 2-core box)
-LOG_CAP_CHARS = 20_000  # what a report may carry of one rank's output
+LOG_CAP_CHARS = 20_000
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # what a report may carry of one rank's output
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,9 @@ def verdict_problems(fixture: Fixture, report) -> list[str]:
         problems.append(f"a {status} report carries a speedup: {said}")
     if status != "correct" and not report.message.strip():
         problems.append(f"a {status} verdict without a message")
+    for text in [report.message, *(v.message for v in report.ranks)]:
+        if CONTROL.search(text):
+            problems.append(f"the verdict carries raw control characters from a rank: {text[:80]!r}")
     for excerpt in report.logs:
         text = excerpt.text()
         if "\x1b" in text or "\x07" in text or "\r" in text:

@@ -70,3 +70,26 @@ def test_claiming_nothing_on_a_quiet_machine_is_rejected():
         assert "disagrees" in str(rejected)
     else:
         raise AssertionError("a zero claim for a 5 ms call was accepted")
+
+
+def test_a_ranks_words_render_inert():
+    """What a rank says reaches the terminal through the verdict: no escape sequence, no markup
+    (tests/fixtures/hostile/log_flood_and_escapes.py end to end)."""
+    import io
+
+    from rich.console import Console
+
+    from agent.render import print_report, step_line
+    from sandbox.report import EvalReport, RankVerdict, inert
+
+    nasty = "\x1b[2J\x1b]52;c;cHduZWQ=\x07[bold red]markup[/bold red] [link=http://evil.example]x[/link]"
+    report = EvalReport(status="crashed", message=f"rank 0 crashed: {inert(nasty)}", problem="all_reduce", world=2, device="cpu",
+                        dtype="bfloat16", size="small", ranks=[RankVerdict(rank=0, ok=False, message=inert(nasty))])
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=False, color_system=None, width=300)
+    print_report(report, console)
+    console.print(step_line({"step": 1, "status": "crashed", "speedup": None, "tokens": 0, "cost_usd": 0.0, "wall_s": 1.0,
+                             "message": nasty}, 2), highlight=False)
+    shown = buffer.getvalue()
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert shown.count("[bold red]markup[/bold red]") == 3  # shown as written, in the message, the rank table and the step line
