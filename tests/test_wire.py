@@ -135,4 +135,13 @@ def test_commitments_are_equal_for_equal_bytes_only():
     assert wire.commitment([x]) != wire.commitment([y])
     assert wire.commitment([x]) != wire.commitment([x.reshape(7, 143)])
     odd = torch.arange(3, dtype=torch.int8)
-    assert wire.tensor_checksum(odd) == 0 + 1 + 2
+    assert wire.commitment([odd]) != wire.commitment([torch.tensor([2, 1, 0], dtype=torch.int8)])
+
+
+def test_a_commitment_is_not_linear_in_the_bytes():
+    """Two tensors with equal sums of 32-bit words (the old checksum) commit differently; so do a
+    concatenation and another one whose parts have the same word-sums."""
+    a = torch.tensor([1, 2, 3, 4], dtype=torch.int32)
+    b = torch.tensor([4, 3, 2, 1], dtype=torch.int32)
+    assert int(a.sum()) == int(b.sum()) and wire.commitment([a]) != wire.commitment([b])
+    assert wire.commitment([torch.cat([a, b])]) != wire.commitment([torch.cat([b, a])])

@@ -26,6 +26,7 @@ from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
 from sandbox.rank.wire import Channel, ChannelClosed, WireError
 from sandbox.readiness import wait_readable
+from sandbox.report import inert
 
 log = structlog.get_logger(__name__)
 
@@ -181,7 +182,8 @@ class RankGroup:
                 return None
             if isinstance(reply, m.Failed):
                 _close(fds)
-                return RankFailure(rank, reply.kind, reply.message, reply.text)
+                # a rank's words go into the verdict's message: control characters made visible there, as in logs
+                return RankFailure(rank, reply.kind, inert(reply.message), reply.text)
             if not isinstance(reply, expect):
                 raise m.ProtocolViolation(f"rank {rank} answered {reply.type!r} where {expect.__name__} was due")
         except m.ProtocolViolation as violation:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 
 import hashlib
+import math
 import os
 import shutil
 import statistics
@@ -38,6 +39,7 @@ from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.config import HarnessConfig
 from sandbox.harness.groups import Answer, RankFailure, RankGroup, StageTimeout, close_answers
 from sandbox.harness.judge import judge
+from sandbox.harness.launch import packages_dir
 from sandbox.harness.warm import FreshGroups
 from sandbox.harness.sealed_cache import SealedCache, cache_key
 from sandbox.harness.seeds import host_secret
@@ -45,6 +47,7 @@ from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
 from sandbox.harness.verdict import Verdict
 from sandbox.nvml import gpu_model_name
+from sandbox.rank import wire
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 
 log = structlog.get_logger(__name__)
@@ -173,7 +176,9 @@ class Evaluation:
         self.groups = [self.reference, self.candidate]
         self.candidate_dir = self.candidate.workdir
         shutil.copyfile(self.workdir / config.solution, self.candidate_dir / "solution.py")
-        self.compile_server = CompileServer(self.cache_root / "compile", self.secret, self.candidate_dir / "build")
+        # delivered where the ranks can read but not write: in their own work dir the parent (root) would
+        # follow whatever link they put there (tests/fixtures/hostile/compile_deputy_symlink.py)
+        self.compile_server = CompileServer(self.cache_root / "compile", self.secret, packages_dir(self.candidate_dir) / "build")
         self.candidate.compile_server = self.compile_server
         self.report.isolation = list(self.candidate.process.measures)
         importing = threading.Thread(target=_import_torch, daemon=True)  # the judge's own torch, while the ranks start
@@ -292,7 +297,9 @@ class Evaluation:
             raise m.ProtocolViolation("a rank committed to the wrong number of back-to-back calls")
         return [[a.reply.checksums[i] for a in answers] for i in range(count)]
 
-    def _reveal(self, round_id: int, indices: list[int], stage: str) -> list[list[Revealed]]:
+    def _reveal(self, round_id: int, calls: list[Call], indices: list[int], stage: str) -> list[list[Revealed]]:
+        """What each rank shows of ``calls`` (the round's calls at ``indices``), each blob refused
+        unread when it is larger than the call's inputs and expected outputs allow."""
         answers = self._candidate(self.candidate.ask({"type": "reveal", "round": round_id, "indices": indices}, m.Revealed,
                                                      self.config.timeouts.correctness_s, stage))
         shown: list[list[Revealed]] = [[] for _ in indices]
@@ -303,8 +310,8 @@ class Evaluation:
                     raise m.ProtocolViolation(f"rank {answer.rank} revealed other calls than those asked for")
                 for position, fd in enumerate(answer.fds):
                     try:
-                        shown[position].append(Revealed.read(fd, MAX_REVEAL_BYTES))
-                    except (ValueError, TypeError, OSError) as error:
+                        shown[position].append(Revealed.read(fd, reveal_limit(calls[position], answer.rank)))
+                    except (wire.WireError, ValueError, TypeError, OSError) as error:  # WireError is no ValueError
                         raise m.ProtocolViolation(f"a revealed call could not be read: {error}") from None
         return shown
 
@@ -335,7 +342,7 @@ class Evaluation:
             self._stage(self.candidate, round_id, calls, "correctness")
             _, first, _ = self._call(self.candidate, round_id, 0, calls[0], "correctness", flush=False)
             committed = [first] + (self._burst(self.candidate, round_id, calls, 1, "correctness") if trials > 1 else [])
-            revealed = self._reveal(round_id, list(range(trials)), "correctness")
+            revealed = self._reveal(round_id, calls, list(range(trials)), "correctness")
             self._drop(self.candidate, round_id)
             self.report.ranks = self._judge(calls, revealed, committed, back_to_back_from=1)
         finally:
@@ -351,7 +358,7 @@ class Evaluation:
                 round_id = self._next_round()
                 self._stage(self.candidate, round_id, calls, "stress")
                 committed = self._burst(self.candidate, round_id, calls, 0, "stress")
-                revealed = self._reveal(round_id, list(range(count)), "stress")
+                revealed = self._reveal(round_id, calls, list(range(count)), "stress")
                 self._drop(self.candidate, round_id)
                 self._judge(calls, revealed, committed, note=f"wrong within back-to-back calls {done + 1}-{done + count} of the "
                             f"stress run ({self.config.stress_calls} calls); the correctness trials before it passed")
@@ -381,11 +388,10 @@ class Evaluation:
             raise Verdict("rejected", str(rejected)) from None
         self.report.reference_timing = self._timing(reference)
         self.report.candidate_timing = self._timing(candidate)
-        floor = self.report.timing_check.clock_floor_ms
-        if self.report.candidate_timing.median_ms < floor:
-            self.report.notes.append(f"the ranks' timings ({self.report.candidate_timing.median_ms:.4f} ms per call) are less than "
-                                     f"the harness's clock allows; the clock's {floor:.4f} ms is reported")
-            self.report.candidate_timing.median_ms = floor
+        median, note = timing.reported_ms(self.report.candidate_timing.median_ms, self.report.timing_check)
+        if note:
+            self.report.notes.append(note)
+            self.report.candidate_timing.median_ms = median
         ref, cand = self.report.reference_timing, self.report.candidate_timing
         if cand.median_ms > 0:
             self.report.speedup = round(ref.median_ms / cand.median_ms, 4)
@@ -429,7 +435,7 @@ class Evaluation:
             record.wall_ms.append(wall)
             committed.append(commitments)
         if reveal:
-            revealed = self._reveal(round_id, reveal, stage)
+            revealed = self._reveal(round_id, [calls[i] for i in reveal], reveal, stage)
             self._judge([calls[i] for i in reveal], revealed, [committed[i] for i in reveal],
                         note="wrong on a call checked during timing, though correct on the trials: outputs that depend on "
                              "being timed, repeated or counted")
@@ -479,7 +485,7 @@ class Evaluation:
             round_id = self._next_round()
             self._stage(self.candidate, round_id, calls, "recheck")
             _, committed, _ = self._call(self.candidate, round_id, 0, calls[0], "recheck", flush=False)
-            revealed = self._reveal(round_id, [0], "recheck")
+            revealed = self._reveal(round_id, calls, [0], "recheck")
             self._drop(self.candidate, round_id)
             self._judge(calls, revealed, [committed], note="correct before timing, wrong on fresh inputs after many calls: state "
                         "that drifts across calls (counters, flags, cached buffers)?" if self.config.is_timed() else None)
@@ -562,6 +568,20 @@ class Evaluation:
         launcher = candidate.launcher_log()
         if launcher.strip() and self.report.status in ("crashed", "timeout"):
             self.report.logs.append(LogExcerpt.of("candidate launcher", launcher, keep_chars=2000))
+
+
+def reveal_limit(call: Call, rank: int) -> int:
+    """The most bytes a revealed blob of ``call`` on ``rank`` may have: twice its inputs and the
+    reference's outputs (a wrong shape within that is still judged, and said, as wrong), plus room
+    for the header. A larger blob is refused before a byte of it is read: the parent would
+    otherwise copy whatever size a rank claims (a sealed memfd can be a hole of any size) into
+    its own memory (tests/fixtures/hostile/huge_sparse_reveal.py)."""
+    import os
+
+    expected = call.expected[rank] if rank < len(call.expected) else None
+    outputs = sum(math.prod(shape) * wire.ITEMSIZE.get(dtype, 16) for shape, dtype in zip(expected.shapes, expected.dtypes)) \
+        if expected is not None else MAX_REVEAL_BYTES // 2
+    return min(MAX_REVEAL_BYTES, 2 * (os.fstat(call.inputs[rank]).st_size + outputs) + 2**20)
 
 
 def _import_torch() -> None:

@@ -496,23 +496,65 @@ def tree_tensors(tree: Any, tensors: list) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- commitments
-def tensor_checksum(tensor) -> int:
-    """An integer fixed by the tensor's bytes: the sum of its 32-bit words (and trailing bytes),
-    computed where the tensor lives. Deterministic on any device, so the parent can recompute it
-    from revealed bytes."""
+DIGEST_CHUNK_BYTES = 8 * 2**20
+_digest_pool = None
+_staging: dict[str, Any] = {}
+
+
+def tensor_digest(tensor) -> str:
+    """SHA-256 over the SHA-256s of the tensor's bytes in 8 MiB chunks (hashed in parallel; a
+    device tensor is first copied to a reused pinned buffer). A commitment must bind the bytes:
+    a sum of words did not. It is linear, so a rank could commit to outputs it had not made (the
+    word-sum of a concatenation is the sum of its parts' word-sums: an all-gather committed by
+    exchanging one number per rank, and computed only when asked to show it;
+    tests/fixtures/hostile/wordsum_commitment_forgery.py), and within a tolerance any sum can be
+    hit by nudging low bits."""
+    import hashlib
+
+    data = _host_bytes(tensor)
+    chunks = [data[i:i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)] or [data]
+    digests = list(_pool().map(lambda chunk: hashlib.sha256(chunk).digest(), chunks)) if len(chunks) > 1 else \
+        [hashlib.sha256(chunks[0]).digest()]
+    return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
+
+
+def _host_bytes(tensor) -> memoryview:
+    """The tensor's bytes on the host, without a copy when it is a contiguous CPU tensor."""
     import torch
 
     flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    whole = flat.numel() - flat.numel() % 4
-    total = int(flat[:whole].view(torch.int32).sum(dtype=torch.int64)) if whole else 0
-    if whole != flat.numel():
-        total += int(flat[whole:].sum(dtype=torch.int64))
-    return total % 2**64
+    if flat.device.type != "cpu":
+        buffer = _staging.get("pinned")
+        if buffer is None or buffer.numel() < flat.numel():
+            buffer = _staging["pinned"] = torch.empty(max(flat.numel(), 2**20), dtype=torch.uint8, pin_memory=True)
+        host = buffer[:flat.numel()]
+        host.copy_(flat)  # synchronous: the bytes are there when it returns
+        flat = host
+    return _tensor_bytes(flat)
+
+
+def _pool():
+    global _digest_pool
+    if _digest_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _digest_pool = ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 1))), thread_name_prefix="kloop-digest")
+    return _digest_pool
+
+
+def _tensor_bytes(flat) -> memoryview:
+    """A view of a contiguous CPU tensor's bytes, without a copy (the caller keeps it alive)."""
+    import ctypes
+
+    nbytes = flat.numel() * flat.element_size()
+    if nbytes == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B")
 
 
 def commitment(tensors: list) -> str:
-    """A short digest of ``tensors`` (dtypes, shapes and checksums), in order."""
+    """A short digest of ``tensors`` (dtypes, shapes and the SHA-256 of their bytes), in order."""
     import hashlib
 
-    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_checksum(t)] for t in tensors]
+    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_digest(t)] for t in tensors]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
