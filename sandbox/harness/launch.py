@@ -52,6 +52,11 @@ def stage_rank_packages(folder: Path) -> Path:
     return folder
 
 
+def staged_packages(workdir: Path) -> Path:
+    """Where the rank packages of the candidate group working in ``workdir`` are staged."""
+    return workdir.with_name(workdir.name + "-packages")
+
+
 def hidden_paths() -> tuple[str, ...]:
     """What a candidate's rank may not read even inside folders it may: this project's packages
     (in place or installed) and the caches. (The rest of the home folder is not readable anyway.)"""
@@ -106,7 +111,7 @@ def candidate_launcher(workdir: Path, mode: str, network: str):
     staged beside it (``<workdir>-packages``), readable, not writable."""
     from sandbox.jail import Jail, JailSpec
 
-    packages = stage_rank_packages(workdir.with_name(workdir.name + "-packages"))
+    packages = stage_rank_packages(staged_packages(workdir))
     spec = JailSpec(workdir=str(workdir), readable=(str(packages),), hidden=hidden_paths(), network=network,
                     env=candidate_env(workdir, packages, mode), devices="none" if mode == "cpu" else "cuda")
 

@@ -222,8 +222,10 @@ class Evaluation:
         paths = [str(self.candidate_dir)]
         if self.problem.compat == "pkb":  # candidates written for ParallelKernelBench import its utils.cuda_helpers
             from kloop_runtime import pkb_shim
+            from sandbox.harness.launch import staged_packages
 
-            paths.append(str(pkb_shim.ROOT))
+            staged = staged_packages(self.candidate_dir) / pkb_shim.ROOT.relative_to(pkb_shim.ROOT.parents[1])  # the rank's own copy
+            paths.append(str(staged if staged.is_dir() else pkb_shim.ROOT))
         return paths
 
     # ------------------------------------------------------------------ calls
