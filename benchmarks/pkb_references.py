@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{stem}: {row['class']}{' (' + row['why'] + ')' if row.get('why') else ''} [{row['status']}, "
               f"{row['wall_s']} s]{' (resumed)' if row.get('resumed') else ''}", flush=True)
     print_table(f"ParallelKernelBench references judged by kloop: {args.device}, world {args.world}, {args.trials} trials",
-                ["problem", "class", "status", "wall_s", "why"], [[r["stem"], r["class"], r["status"], r["wall_s"], r["why"]]
+                ["problem", "class", "status", "wall_s", "why"], [[r["stem"], r["class"], r["status"], r["wall_s"], r["why"][:90]]
                                                                    for r in rows])
     counts = {c: sum(r["class"] == c for r in rows) for c in (*CLASSES, "skipped")}
     print_table("summary", list(counts), [list(counts.values())])

@@ -460,7 +460,7 @@ def decode_tree(tree: Any, tensors: list) -> Any:
 
         return dist.group.WORLD if value == "world" else subgroup(tuple(value))
     if kind == "coo":
-        return torch.sparse_coo_tensor(tensors[value[0]["T"]], tensors[value[1]["T"]], size=value[2]).coalesce()
+        return torch.sparse_coo_tensor(tensors[value[0]["T"]], tensors[value[1]["T"]], size=value[2], check_invariants=True).coalesce()
     return _decode_module(value, tensors)
 
 
