@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,15 +33,34 @@ GOALS = {"cold": 6.0, "warm": 20.0}
 
 def run(command: list[str], cwd: Path, env: dict[str, str], timeout_s: float, log: Path | None) -> dict:
     started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
-        code, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as expired:
-        code, out, err = "timeout", _text(expired.stdout), _text(expired.stderr)
+        out, err = proc.communicate(timeout=timeout_s)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        code = "timeout"
+        out, err = _stop(proc)
     wall = round(time.monotonic() - started, 2)
     if log is not None:
         log.write_text(f"$ {' '.join(command)}\n(exit {code}, {wall} s)\n--- stdout\n{out}\n--- stderr\n{err}\n")
     return {"exit": code, "wall_s": wall, "stdout": out, "stderr": err}
+
+
+def _stop(proc: subprocess.Popen) -> tuple[str, str]:
+    """End a run that took too long: an interrupt first (kloop and run_local then end what they
+    started: the harness, torchrun's workers), then a kill of its process group."""
+    for sig, grace in ((signal.SIGINT, 20.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            out, err = proc.communicate(timeout=grace)
+            return _text(out), _text(err)
+        except subprocess.TimeoutExpired:
+            continue
+    return "", ""
 
 
 def _text(value) -> str:
