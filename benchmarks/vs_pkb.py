@@ -72,6 +72,12 @@ def pkb_run(root: Path, candidate: Path, stem: str, args, ext_dir: Path, label: 
     try:
         shutil.copyfile(candidate, solutions / f"{stem}_cuda.py")
         env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext_dir)}
+        if shutil.which("torchrun") is None:  # run_local.py calls `torchrun`; the module is what it runs
+            launcher = solutions / "bin" / "torchrun"
+            launcher.parent.mkdir()
+            launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m torch.distributed.run \"$@\"\n")
+            launcher.chmod(0o755)
+            env["PATH"] = f"{launcher.parent}{os.pathsep}{env.get('PATH', '')}"
         command = [sys.executable, "run_local.py", "--nproc-per-node", str(args.world), "--mode", "eval", "--problem", stem,
                    "--solution", "cuda", "--solutions-dir", str(solutions), "--trials", str(args.trials), "--measure-perf"]
         result = run(command, root, env, args.timeout_s, out / f"pkb_{label}.log" if out else None)
