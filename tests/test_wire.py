@@ -44,6 +44,21 @@ def test_a_module_crosses_as_data():
     assert torch.equal(out(x), linear(x))
 
 
+def test_a_sparse_coo_tensor_crosses_as_its_indices_and_values():
+    dense = torch.zeros(3, 4, 5)
+    dense[0, 1, 2], dense[2, 3, 4], dense[1, 0, 0] = 1.5, -2.0, 3.25
+    out = roundtrip((dense.to_sparse(), 7))
+    assert out[0].layout == torch.sparse_coo and out[0].is_coalesced() and torch.equal(out[0].to_dense(), dense) and out[1] == 7
+    with pytest.raises(wire.WireError, match="layout"):
+        wire.encode_tree(dense.to_sparse_csr(), [])
+
+
+@pytest.mark.parametrize("tree", [{"group": "pairs"}, {"group": [0, -1]}, {"group": []}, {"coo": [{"T": 0}, 3, [2]]}])
+def test_malformed_groups_and_sparse_tensors_are_refused(tree):
+    with pytest.raises(wire.WireError):
+        wire.check_tree(tree, 2)
+
+
 def test_objects_that_are_not_data_are_refused():
     class Sneaky:
         pass

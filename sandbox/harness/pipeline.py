@@ -202,8 +202,8 @@ class Evaluation:
         for answer in answers:
             if isinstance(answer, RankFailure):
                 close_answers(answers)
-                raise Verdict("crashed", reference_failure_message(answer),
-                              logs=[LogExcerpt.of(f"{role} rank {answer.rank}", answer.text or self.reference.rank_log(answer.rank))])
+                text = answer.text or self.reference.rank_log(answer.rank)
+                raise Verdict("crashed", reference_failure_message(answer, text), logs=[LogExcerpt.of(f"{role} rank {answer.rank}", text)])
         return answers  # type: ignore[return-value]
 
     def _candidate(self, answers: list[Answer | RankFailure]) -> list[Answer]:
@@ -234,18 +234,24 @@ class Evaluation:
         if not self.reference.loaded:
             for rank in range(self.config.world):
                 self.reference.send(rank, {"type": "load"})
-        self._candidate(self.candidate.ask({"type": "load", "path": str(self.candidate_dir / "solution.py"),
-                                            "sys_path": self._candidate_path()}, m.Loaded, timeout, "build"))
-        if not self.reference.loaded:
-            self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
+        answers = self.candidate.ask({"type": "load", "path": str(self.candidate_dir / "solution.py"),
+                                      "sys_path": self._candidate_path()}, m.Loaded, timeout, "build")
+        if not self.reference.loaded:  # judged first: a reference that cannot load here explains a candidate that cannot either
+            try:
+                self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
+            except BaseException:
+                close_answers(answers)
+                raise
             self.reference.loaded = True
+        self._candidate(answers)
 
     def _candidate_path(self) -> list[str]:
         paths = [str(self.candidate_dir)]
         if self.problem.compat == "pkb":  # candidates written for ParallelKernelBench import its utils.cuda_helpers
             from kloop_runtime import pkb_shim
 
-            paths.append(str(pkb_shim.ROOT))
+            staged = packages_dir(self.candidate_dir) / pkb_shim.ROOT.relative_to(pkb_shim.ROOT.parents[1])  # the rank's own copy
+            paths.append(str(staged if staged.is_dir() else pkb_shim.ROOT))
         return paths
 
     # ------------------------------------------------------------------ calls
@@ -588,17 +594,23 @@ def _import_torch() -> None:
     import torch  # noqa: F401
 
 
-def reference_failure_message(failure: RankFailure) -> str:
+REFERENCE_LIMITS = (  # (text in the failure, what this machine or device mode lacks)
+    ("No module named 'triton'", "it needs triton, which is not installed here"),
+    ("Torch not compiled with CUDA", "it needs CUDA, and this torch has none"),
+    ("No CUDA GPUs are available", "it needs a GPU, and this machine has none"),
+    ("Found no NVIDIA driver", "it needs a GPU, and this machine has none"),
+    ("no CUDA-capable device", "it needs a GPU, and this machine has none"),
+    ("Cannot access accelerator device when none is available", "it needs a GPU, and this machine has none"),
+    ("ProcessGroupGloo", "gloo (the CPU backend) cannot run one of its collectives"),
+    ("gloo", "gloo (the CPU backend) cannot run one of its collectives"),
+)
+
+
+def reference_failure_message(failure: RankFailure, log: str = "") -> str:
     """What the reference could not do, in words: a limit of this machine or device mode where it
-    is one (CUDA or triton missing, a gloo restriction), else a harness or problem bug."""
-    text = f"{failure.message}\n{failure.text}"
-    limits = (("Torch not compiled with CUDA", "it needs CUDA, and this torch has none"),
-              ("No CUDA GPUs are available", "it needs a GPU, and this machine has none"),
-              ("Found no NVIDIA driver", "it needs a GPU, and this machine has none"),
-              ("No module named 'triton'", "it needs triton, which is not installed here"),
-              ("ProcessGroupGloo", "gloo (the CPU backend) cannot run one of its collectives"),
-              ("gloo", "gloo (the CPU backend) cannot run one of its collectives"))
-    for needle, why in limits:
+    is one (CUDA, a GPU or triton missing, a gloo restriction), else a harness or problem bug."""
+    text = f"{failure.message}\n{failure.text}\n{log}"
+    for needle, why in REFERENCE_LIMITS:
         if needle in text:
             return f"the problem's reference cannot run here: {why} ({failure.message}); run it where its hardware needs are met"
     return f"the reference failed on rank {failure.rank}: {failure.message} (a harness or problem bug)"

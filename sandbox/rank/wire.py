@@ -33,6 +33,7 @@ MAX_FDS = 64
 MAX_TENSORS = 4096
 MAX_DIMS = 16
 MAX_TREE_DEPTH = 32
+MAX_GROUP_RANKS = 1024
 MAGIC = b"KLOOPBL1"
 ALIGN = 64
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -335,9 +336,20 @@ def check_tree(tree: Any, tensor_count: int, depth: int = 0) -> None:
             raise WireError("a malformed dict")
         for _, item in value:
             check_tree(item, tensor_count, depth + 1)
-    elif kind in ("dtype", "group", "device"):
+    elif kind in ("dtype", "device"):
         if not isinstance(value, str) or len(value) > 64:
             raise WireError(f"a malformed {kind}")
+    elif kind == "group":
+        if value != "world" and not (isinstance(value, list) and 0 < len(value) <= MAX_GROUP_RANKS and all(_natural(r) for r in value)):
+            raise WireError("a malformed process group")
+    elif kind == "coo":
+        if not (isinstance(value, list) and len(value) == 3 and isinstance(value[2], list) and len(value[2]) <= MAX_DIMS
+                and all(_natural(d) for d in value[2])):
+            raise WireError("a malformed sparse tensor")
+        for item in value[:2]:
+            if not (isinstance(item, dict) and set(item) == {"T"}):
+                raise WireError("a malformed sparse tensor")
+            check_tree(item, tensor_count, depth + 1)
     elif kind == "module":
         _check_module(value, tensor_count, depth)
     else:
@@ -363,6 +375,12 @@ def encode_tree(obj: Any, tensors: list) -> Any:
     import torch
 
     if isinstance(obj, torch.Tensor):
+        if obj.layout == torch.sparse_coo:  # as its indices and values (coalesced), rebuilt on the other side
+            obj = obj.coalesce()
+            tensors.extend([obj.indices(), obj.values()])
+            return {"coo": [{"T": len(tensors) - 2}, {"T": len(tensors) - 1}, list(obj.shape)]}
+        if obj.layout != torch.strided:
+            raise WireError(f"tensors of layout {obj.layout} cannot cross the wire")
         tensors.append(obj)
         return {"T": len(tensors) - 1}
     if obj is None or isinstance(obj, (bool, int, str)):
@@ -387,6 +405,8 @@ def encode_tree(obj: Any, tensors: list) -> Any:
 
     if dist.is_initialized() and obj is dist.group.WORLD:
         return {"group": "world"}
+    if dist.is_initialized() and isinstance(obj, dist.ProcessGroup):  # made by an input generator: rebuilt rank-side
+        return {"group": [int(r) for r in dist.get_process_group_ranks(obj)]}
     raise WireError(f"a value of type {type(obj).__name__} cannot cross the wire")
 
 
@@ -439,10 +459,29 @@ def decode_tree(tree: Any, tensors: list) -> Any:
     if kind == "group":
         import torch.distributed as dist
 
-        if value != "world":
-            raise WireError("only the world process group can cross the wire")
-        return dist.group.WORLD
+        return dist.group.WORLD if value == "world" else subgroup(tuple(value))
+    if kind == "coo":
+        return torch.sparse_coo_tensor(tensors[value[0]["T"]], tensors[value[1]["T"]], size=value[2], check_invariants=True).coalesce()
     return _decode_module(value, tensors)
+
+
+_SUBGROUPS: dict[tuple[int, ...], Any] = {}
+
+
+def subgroup(ranks: tuple[int, ...]):
+    """The process group of ``ranks`` in this process, made once (by the ranks in it only) and
+    reused: groups an input generator made cross the wire as their rank lists."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise WireError("a process group crossed the wire to a process without torch.distributed")
+    if any(r >= dist.get_world_size() for r in ranks) or len(set(ranks)) != len(ranks):
+        raise WireError(f"a process group of ranks {list(ranks)[:16]} in a world of {dist.get_world_size()}")
+    if dist.get_rank() not in ranks:
+        return dist.GroupMember.NON_GROUP_MEMBER
+    if ranks not in _SUBGROUPS:
+        _SUBGROUPS[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
+    return _SUBGROUPS[ranks]
 
 
 def _decode_module(value: dict[str, Any], tensors: list):
@@ -483,6 +522,8 @@ def tree_tensors(tree: Any, tensors: list) -> list[int]:
                 found.append(value)
             elif kind in ("tuple", "size"):
                 walk(value)
+            elif kind == "coo":
+                walk(value[:2])
             elif kind == "dict":
                 for _, item in value:
                     walk(item)
