@@ -58,10 +58,11 @@ class Episode:
         self.on_step, self.on_progress = on_step, on_progress
         self.folder: Path = new_run_folder(config.out, self.problem.name, config.model)
         self.trajectory = Trajectory(self.folder, info={"config": config.model_dump(mode="json")})
-        self.trajectory.write_file("config.json", config.model_dump_json(indent=2))
         self.trajectory.info.update(exit_status="Started")
-        self.trajectory.save([])
+        self.trajectory.save([])  # first: a run folder with a config.json always has a trajectory
+        self.trajectory.write_file("config.json", config.model_dump_json(indent=2))
         self.agent = None
+        self._ended = False
 
     @property
     def trajectory_path(self) -> Path:
@@ -82,8 +83,7 @@ class Episode:
             with EvaluationSession(self.config.harness, self.config.sandbox) as session:
                 return self._run(Agent, session.evaluate)
         except BaseException as error:
-            if self.agent is None or not self.agent.finished:
-                self._abort(error)
+            self.abort(error)
             raise
 
     def _run(self, agent_class: type, evaluate: Callable) -> EpisodeResult:
@@ -99,11 +99,20 @@ class Episode:
             input_tokens=spend.input_tokens, output_tokens=spend.output_tokens, cost_usd=spend.known_cost_usd,
             wall_s=round(spend.wall_s, 2), warnings=list(agent.warnings))
 
-    def _abort(self, error: BaseException) -> None:
-        """The run ended before the loop could record it (e.g. Ctrl-C while the sandbox started)."""
+    @property
+    def ended(self) -> bool:
+        """Whether the trajectory holds the run's end (its exit message)."""
+        return self._ended or (self.agent is not None and self.agent.finished)
+
+    def abort(self, error: BaseException) -> None:
+        """Record ``error`` as the run's end unless the run already ended (e.g. Ctrl-C while the
+        sandbox started: the loop never ran)."""
+        if self.ended:
+            return
         if self.agent is not None:
             self.agent.abort(error)
             return
+        self._ended = True
         import json
         import time
         import traceback

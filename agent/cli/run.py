@@ -74,12 +74,13 @@ def command(
         status.update("working (model call, then evaluation)...")
 
     episode = Episode(config, model=llm, on_step=on_step, on_progress=progress)
-    console.print(f"[bold]{problem_name}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; "
-                  f"run folder {episode.folder}")
     try:
+        console.print(f"[bold]{problem_name}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; "
+                      f"run folder {episode.folder}")
         with sandbox_errors(), status:
             result = episode.run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        episode.abort(interrupt)
         errors.print(f"interrupted; trajectory: {episode.trajectory_path}", highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
     except UserError as error:
