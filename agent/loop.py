@@ -24,6 +24,7 @@ Public shape (what ``agent.episode`` calls; batch runs and the service call ``ru
 from __future__ import annotations
 
 import json
+import re
 import time
 import traceback
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from prompts import render
 from sandbox.report import EvalReport
 
 MAX_PROVIDER_FAILURES = 3
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 console_log = structlog.get_logger("agent.loop")
 
 
@@ -59,7 +61,7 @@ class BestSolution(BaseModel):
 def clean_text(text: str) -> str:
     """``text`` with lone surrogates (a model's broken JSON escapes) replaced by U+FFFD, so that
     files, the harness and the next request can carry it."""
-    return text.encode("utf-8", "replace").decode("utf-8") if any("\ud800" <= c <= "\udfff" for c in text) else text
+    return LONE_SURROGATE.sub("\ufffd", text)
 
 
 class Agent:

@@ -106,6 +106,8 @@ def message_record(message: Message) -> dict[str, Any]:
         record["tool_calls"] = [wire_tool_call(call) for call in message.tool_calls]
     if message.tool_call_id is not None:
         record["tool_call_id"] = message.tool_call_id
+    if message.refusal is not None:
+        record["refusal"] = message.refusal
     if message.thinking_blocks:
         record["thinking_blocks"] = message.thinking_blocks
     if message.extra:
@@ -148,7 +150,8 @@ def message_from_record(record: dict[str, Any]) -> Message:
     return Message(role=role if role in ("system", "user", "assistant", "tool", "exit") else "user",
                    content=content_text(record.get("content")), tool_calls=calls or None,
                    tool_call_id=record.get("tool_call_id"), thinking_blocks=record.get("thinking_blocks") or None,
-                   thinking=record.get("reasoning_content") or record.get("thinking"), extra=record.get("extra") or {})
+                   thinking=record.get("reasoning_content") or record.get("thinking"), refusal=record.get("refusal"),
+                   extra=record.get("extra") or {})
 
 
 class Trajectory:

@@ -133,7 +133,7 @@ def test_ctrl_c_in_the_first_moments_leaves_a_trajectory(tmp_path):
 def test_a_lone_surrogate_in_the_answer_is_no_crash(tmp_path):
     answer = CORRECT.replace("out = tensor.float()", "out = tensor.float()  # done \ud83d")
     judge = FakeJudge("correct")
-    with LocalServer((0, 200, openai_completion(answer + " \ud83d"))) as server:
+    with LocalServer((0, 200, openai_completion("Here \ud83d:\n" + answer))) as server:
         result, episode, data = run(tmp_path, openai_model(server), judge, budget=Budget(steps=2))
     assert result.exit_status == "LimitsExceeded" and result.correct
     assert "\ufffd" in judge.sources[0] and "\ufffd" in (result.folder / "steps/001/response.md").read_text()

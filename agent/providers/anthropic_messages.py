@@ -107,6 +107,7 @@ class AnthropicModel(NetworkModel):
                 delta = getattr(event, "delta", None) if event.type == "content_block_delta" else None
                 watch.add(text=getattr(delta, "text", "") or "", thinking=getattr(delta, "thinking", "") or "")
             reply = stream.get_final_message()
+        watch.report()
         response = parse_message(reply, where)
         response.streamed = True
         return response

@@ -76,7 +76,7 @@ class StreamWatch:
         self.ends_at = ends_at
         self.every_s = every_s
         self.started = time.monotonic()
-        self.last = 0.0
+        self.last = self.started
         self.thinking_chars = 0
         self.text_chars = 0
 
@@ -86,8 +86,14 @@ class StreamWatch:
         now = time.monotonic()
         if now >= self.ends_at:
             raise ProviderTimeout(f"the streamed answer ran past its time ({now - self.started:.0f} s)")
-        if self.progress is not None and now - self.last >= self.every_s:
-            self.last = now
+        if now - self.last >= self.every_s:
+            self.report(now)
+
+    def report(self, now: float | None = None) -> None:
+        """Tell ``progress`` how far the answer is (also once at its end)."""
+        now = time.monotonic() if now is None else now
+        self.last = now
+        if self.progress is not None:
             self.progress({"thinking_chars": self.thinking_chars, "text_chars": self.text_chars,
                            "elapsed_s": round(now - self.started, 1)})
 

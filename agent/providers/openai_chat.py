@@ -203,6 +203,7 @@ def read_chat_stream(stream: Any, watch: StreamWatch, where: str) -> ModelRespon
                 watch.add(text=delta.content or "", thinking=thought)
     finally:
         stream.close()
+    watch.report()
     if not chunks:
         raise FatalProviderError(f"malformed response from {where}: the stream carried no chunk")
     tool_calls = []

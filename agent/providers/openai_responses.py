@@ -82,6 +82,7 @@ def request_response(model: OpenAIChatModel, messages: list[Message], tools: lis
                 watch.add()
     finally:
         stream.close()
+    watch.report()
     if final is None:
         raise FatalProviderError(f"malformed response from {where}: the stream ended without the final response")
     response = parse_response(final, where)
