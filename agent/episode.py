@@ -11,7 +11,9 @@ opens the sandbox, runs the loop and returns an :class:`EpisodeResult`. The traj
 whatever happens: an exception (Ctrl-C included) is recorded in it and raised again.
 Optional arguments: ``model`` (a ready ``Model`` instead of ``make_model(config.model,
 **config.model_options)``), ``evaluate(source, step) -> EvalReport`` (instead of a sandbox
-session), ``on_step(record)`` after each step and ``on_progress(info)`` while an answer streams.
+session), ``on_step(record)`` after each step, ``on_progress(info)`` while an answer streams,
+``folder`` (the run folder to use, made if missing, instead of a new one under ``config.out``)
+and ``info`` (more fields for the trajectory's ``info``, e.g. a batch's episode id).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class EpisodeResult(BaseModel):
 class Episode:
     def __init__(self, config: RunConfig, *, model: Any = None, evaluate: Callable | None = None,
                  on_step: Callable[[dict[str, Any]], None] | None = None,
-                 on_progress: Callable[[dict[str, Any]], None] | None = None):
+                 on_progress: Callable[[dict[str, Any]], None] | None = None, folder: Path | None = None,
+                 info: dict[str, Any] | None = None):
         from agent.trajectory import Trajectory, new_run_folder
         from problems import find_problem
 
@@ -56,8 +59,10 @@ class Episode:
         self.model = model
         self.evaluate = evaluate
         self.on_step, self.on_progress = on_step, on_progress
-        self.folder: Path = new_run_folder(config.out, self.problem.name, config.model)
-        self.trajectory = Trajectory(self.folder, info={"config": config.model_dump(mode="json")})
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        self.folder: Path = folder if folder is not None else new_run_folder(config.out, self.problem.name, config.model)
+        self.trajectory = Trajectory(self.folder, info={"config": config.model_dump(mode="json"), **(info or {})})
         self.trajectory.info.update(exit_status="Started")
         self.trajectory.save([])  # first: a run folder with a config.json always has a trajectory
         self.trajectory.write_file("config.json", config.model_dump_json(indent=2))

@@ -122,9 +122,9 @@ def test_ctrl_c_in_the_first_moments_leaves_a_trajectory(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     (folder,) = out.iterdir()
     data = json.loads((folder / "trajectory.traj.json").read_text())
-    assert proc.returncode in (130, 0, 1) and data["trajectory_format"] == FORMAT
-    if proc.returncode == 130:
-        assert data["info"]["exit_status"] == "Interrupted" and "interrupted" in stderr
+    assert proc.returncode == 130 and data["trajectory_format"] == FORMAT, stderr
+    assert data["info"]["exit_status"] == "Interrupted" and "interrupted" in stderr
+    assert data["messages"][-1]["extra"]["exit_status"] == "Interrupted"
 
 
 # -- 2: lone surrogates, uncaught exceptions ------------------------------------------------------
