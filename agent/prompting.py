@@ -121,9 +121,10 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
     )
 
 
-def task_options(problem: Problem, cheat_sheet_on: bool, examples_on: bool) -> dict[str, Any]:
-    """The switches of a run turned into ``task_prompt`` keyword arguments."""
-    return {"cheat_sheet_on": cheat_sheet_on, "examples": oracle_examples(problem) if examples_on else []}
+def task_options(problem: Problem, cheat_sheet_on: bool, examples_on: bool, device: str = "cuda") -> dict[str, Any]:
+    """The switches of a run turned into ``task_prompt`` keyword arguments. The oracle examples
+    are CUDA programs: a CPU run (torch-level code) is not shown them."""
+    return {"cheat_sheet_on": cheat_sheet_on, "examples": oracle_examples(problem) if examples_on and device != "cpu" else []}
 
 
 def feedback_prompt(report: EvalReport, step: int, budget: Budget, spend: Spend, best: BestSolution | None) -> str:

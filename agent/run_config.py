@@ -99,7 +99,8 @@ class RunConfig(BaseModel):
     target_speedup: float | None = Field(None, description="stop once a correct solution is this much faster")
     harness: HarnessConfig
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
-    out: Path = Path("runs")
+    out: Path = Field(Path("runs"), description="run folders are made under this folder")
+    pkb_root: Path | None = Field(None, description="ParallelKernelBench checkout for pkb:<id> problems (default: $KLOOP_PKB_ROOT)")
     examples: bool = Field(True, description="show oracle solutions of other problems as in-context examples (where there are some)")
     cheat_sheet: bool = Field(True, description="include the multi-GPU cheat sheet in the task prompt (GPU runs); off for zero-shot runs")
 

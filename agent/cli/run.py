@@ -17,13 +17,16 @@ Mode = choices("Mode", RunMode)
 BUDGET = "Budget"
 
 
-@options_from("budget", Budget, BUDGET, {"max_cost_usd": "--max-cost", "max_wall_s": "--max-wall"})
+@options_from("budget", Budget, BUDGET, {"max_run_cost_usd": "--max-run-cost", "max_run_wall_s": "--max-run-wall"})
 @sandbox_options
 def command(
     problem_name: ProblemName,
     model: Annotated[str, typer.Option("--model", "-m", show_default=False,
                                        help="provider:model (openai:, anthropic:, together:, vllm:, ..., scripted:demo)")],
-    model_option: Annotated[list[str], typer.Option("--model-option", "-o", help="provider option KEY=VALUE (e.g. reasoning_effort=high)")] = [],
+    model_option: Annotated[list[str], typer.Option("--model-option", "-o", help="provider option KEY=VALUE (e.g. reasoning_effort=high, "
+                                                                                 "api=responses, stream=true)")] = [],
+    max_output_tokens: Annotated[int | None, typer.Option(min=1, help="cap on the output tokens of each model call (the model "
+                                                                       "option max_output_tokens; the run's budget is --max-run-tokens)")] = None,
     mode: Annotated[Mode, typer.Option(help="loop: revise with feedback; single: one answer")] = Mode.loop,  # type: ignore[valid-type]
     out: Annotated[Path, typer.Option(help="runs are written under this folder")] = Path("runs"),
     world: World = 2,
@@ -41,41 +44,61 @@ def command(
     sandbox: SandboxSettings,
 ) -> None:
     """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
-    from agent.loop import Agent
+    from agent.episode import Episode
     from agent.render import step_line
     from agent.run_config import RunConfig, check_host_gpus, harness_config
     from agent.session import EvaluationSession
-    from agent.trajectory import Trajectory, new_run_folder
 
     problem = load_problem(problem_name, pkb_root)
     harness = harness_config(problem, world=world, device=device.value, size=size, trials=trials, allow_nccl=allow_nccl)
     check_host_gpus(harness)
     options = parse_model_options(model_option)
+    if max_output_tokens is not None:
+        options["max_output_tokens"] = max_output_tokens
     llm = build_model(model, options)
     config = RunConfig(problem=problem_name, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
-                       budget=budget, harness=harness, sandbox=sandbox, out=out, examples=examples, cheat_sheet=cheat_sheet)
+                       budget=budget, harness=harness, sandbox=sandbox, out=out, pkb_root=pkb_root, examples=examples,
+                       cheat_sheet=cheat_sheet)
     with sandbox_errors():
-        session = EvaluationSession(harness, sandbox)  # made (settings checked) now, started below
+        EvaluationSession(harness, sandbox).box.close()  # the sandbox settings are checked now, before a run folder exists
     if harness.device == "cuda":
         ensure_topology()
-    folder = new_run_folder(out, problem.name, model)
-    trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json")})
-    trajectory.write_file("config.json", config.model_dump_json(indent=2))
-    console.print(f"[bold]{problem_name}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; run folder {folder}")
-    with sandbox_errors(), session:
-        agent = Agent(llm, problem, config, session.evaluate, trajectory,
-                      on_step=lambda record: console.print(step_line(record, config.budget.steps), highlight=False))
-        with console.status("working (model call, then evaluation)...", spinner="dots"):
-            exit_status = agent.run()
-    spend = agent.spend
-    cost = f"${spend.known_cost_usd:.3f}" if spend.known_cost_usd is not None else "unknown (no price for this model)"
-    console.print(f"\n[bold]{exit_status}[/]: {agent.messages[-1].content}")
-    console.print(f"{spend.steps} model calls, {spend.input_tokens} input + {spend.output_tokens} output tokens, cost {cost}, "
-                  f"{spend.wall_s:.0f} s")
-    if agent.best:
-        console.print(f"best solution: {folder / 'best' / 'solution.py'}")
-    console.print(f"trajectory: {trajectory.path}")
-    raise typer.Exit(0 if agent.best else 1)
+    status = console.status("working (model call, then evaluation)...", spinner="dots")
+
+    def progress(info: dict) -> None:
+        status.update(f"model answering: {info['thinking_chars']} chars of thinking, {info['text_chars']} of answer, "
+                      f"{info['elapsed_s']:.0f} s")
+
+    def on_step(record: dict) -> None:
+        console.print(step_line(record, config.budget.steps), highlight=False)
+        status.update("working (model call, then evaluation)...")
+
+    episode = Episode(config, model=llm, on_step=on_step, on_progress=progress)
+    try:
+        console.print(f"[bold]{problem_name}[/] with [bold]{model}[/], {config.mode} mode, world {world} on {device.value}; "
+                      f"run folder {episode.folder}")
+        with sandbox_errors(), status:
+            result = episode.run()
+    except KeyboardInterrupt as interrupt:
+        episode.abort(interrupt)
+        errors.print(f"interrupted; trajectory: {episode.trajectory_path}", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
+    except UserError as error:
+        raise UserError(f"{error} (trajectory: {episode.trajectory_path})") from None
+    except Exception as error:
+        errors.print(f"[bold red]error:[/] uncaught {type(error).__name__}: {error}; the trajectory records it with its traceback: "
+                     f"{episode.trajectory_path}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    cost = f"${result.cost_usd:.3f}" if result.cost_usd is not None else "unknown (no price for this model, or no usage reported)"
+    console.print(f"\n[bold]{result.exit_status}[/]: {result.message}", highlight=False)
+    console.print(f"{result.steps} model calls, {result.input_tokens} input + {result.output_tokens} output tokens, cost {cost}, "
+                  f"{result.wall_s:.0f} s")
+    for warning in result.warnings:
+        errors.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    if result.best_solution_path:
+        console.print(f"best solution: {result.best_solution_path}")
+    console.print(f"trajectory: {result.trajectory_path}")
+    raise typer.Exit(0 if result.correct else 1)
 
 
 def parse_model_options(pairs: list[str]) -> dict:
