@@ -1,7 +1,8 @@
 """A batch folder, safe against ``kill -9`` at any instant.
 
 ```
-DIR/config.yaml           the config the batch was started with (a resume must not change its episodes)
+DIR/config.yaml           the config the batch was last run with, as written (batch.json: as read; a
+                          resume may add models, problems and samples, never change what an episode is)
 DIR/episodes/<id>.json    one file per finished episode, written atomically: the record of truth
 DIR/results.jsonl         one line per finished episode, appended and fsynced after its file
 DIR/attempts.jsonl        tries lost to infrastructure failures that were run again
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import yaml
 
 from agent.batch.config import BatchConfig
 from agent.batch.episodes import EpisodeResult
@@ -85,16 +85,14 @@ class ResultStore:
     def open(self, config: BatchConfig, source_text: str) -> ResultStore:
         """Make or reopen the folder for ``config``; a folder of a batch whose episodes differ is a UserError."""
         self.episodes_dir.mkdir(parents=True, exist_ok=True)
-        saved = self.folder / "config.yaml"
-        if saved.exists():
-            from agent.batch.config import parse_config
-
-            before = parse_config(yaml.safe_load(saved.read_text()), str(saved))
-            changed = config.changed_fields(before.model_dump(mode="json"))
+        resolved = self.folder / "batch.json"
+        if resolved.exists():
+            changed = config.changed_fields(json.loads(resolved.read_text()))
             if changed:
                 raise UserError(f"{self.folder} holds a batch run with another {', '.join(changed)}; its results would not compare: "
-                                f"use another --out, or put back the config in {saved}")
-        atomic_write(saved, source_text)
+                                f"use another --out, or the config in {self.folder / 'config.yaml'}")
+        atomic_write(self.folder / "config.yaml", source_text)
+        atomic_write(resolved, config.model_dump_json(indent=2))
         self._reconcile()
         return self
 
