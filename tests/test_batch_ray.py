@@ -24,7 +24,14 @@ def test_an_episode_reserves_its_world_of_gpus_in_one_bundle():
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, resources={"kloop_gpu": 2}, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    for attempt in range(3):  # Ray gives its raylet 30 s to register, a fixed number: a busy 2-core machine can miss it
+        try:
+            ray.init(num_cpus=2, resources={"kloop_gpu": 2}, include_dashboard=False, configure_logging=False, log_to_driver=False)
+            break
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
