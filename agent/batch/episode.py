@@ -159,6 +159,8 @@ def summarize(ctx: EpisodeContext, agent: Any, exit_status: str, judged: _Judged
                           speedup_ci=getattr(report, "speedup_ci", None), **fields)
     evaluated = [p.status for p in points if p.step in judged.reports]
     last = evaluated[-1] if evaluated else (points[-1].status if points else "no_answer")
+    if judged.reports:  # the judge's last word says more than the loop's exit summary
+        fields["message"] = f"{fields['message']}; last verdict: {judged.reports[max(judged.reports)].message}"[:500]
     return ctx.result(outcome="failed", best_status=last, failure_class=last, **fields)
 
 
