@@ -146,8 +146,8 @@ def plots_html(summary: dict[str, Any]) -> str:
                for label, m in models.items() for c in categories}
     plots.append(svg.heatmap("per category: fast_1", list(models), categories, values))
     plots.append(svg.heatmap("per category: correct", list(models), categories, correct))
-    steps = {f"{label} correct": [(s["step"], s["correct"] or 0.0) for s in m["per_step"]] for label, m in models.items()}
-    faster = {f"{label} fast_1": [(s["step"], s["fast_1"] or 0.0) for s in m["per_step"]] for label, m in models.items()}
+    steps = {label: [(s["step"], s["correct"] or 0.0) for s in m["per_step"]] for label, m in models.items()}
+    faster = {label: [(s["step"], s["fast_1"] or 0.0) for s in m["per_step"]] for label, m in models.items()}
     plots.append(svg.line_chart("after step s: share correct", steps, "step", "share of episodes", x_fmt=".0f", markers=True))
     plots.append(svg.line_chart("after step s: share correct and faster", faster, "step", "share of episodes", x_fmt=".0f", markers=True))
     points = [(label, m["spend"]["cost_usd"], m["fast_p"]["1"]["value"] or 0.0) for label, m in models.items()]

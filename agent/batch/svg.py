@@ -7,7 +7,7 @@ from html import escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 W, H = 560, 320
-LEFT, RIGHT, TOP, BOTTOM = 56, 150, 24, 44
+LEFT, RIGHT, TOP, BOTTOM = 56, 170, 24, 44
 
 
 def color(index: int) -> str:
@@ -23,13 +23,19 @@ def _frame(title: str, x_label: str, y_label: str, body: list[str], width: int =
             f'class="axis-label">{escape(y_label)}</text>' + "".join(body) + "</svg>")
 
 
-def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+def _ticks(low: float, high: float, count: int = 5, integer: bool = False) -> list[float]:
+    if integer:
+        step = max(1, round((high - low) / count))
+        return [float(v) for v in range(int(low), int(high) + 1, step)]
     return [low + (high - low) * i / count for i in range(count + 1)]
 
 
 def _axes(x_range: tuple[float, float], y_range: tuple[float, float], x_fmt: str, y_fmt: str) -> tuple[list[str], callable, callable]:
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     (x0, x1), (y0, y1) = x_range, y_range
+    integer = x_fmt == ".0f"
+    if integer:
+        x0, x1 = x0 - 0.25, x1 + 0.25  # a little room at either end of whole-number axes (steps)
     x1 = x1 if x1 > x0 else x0 + 1
     y1 = y1 if y1 > y0 else y0 + 1
 
@@ -43,7 +49,7 @@ def _axes(x_range: tuple[float, float], y_range: tuple[float, float], x_fmt: str
     for y in _ticks(y0, y1):
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" class="grid"/>'
                      f'<text x="{LEFT - 6}" y="{sy(y) + 4:.1f}" text-anchor="end" class="tick">{format(y, y_fmt)}</text>')
-    for x in _ticks(x0, x1):
+    for x in _ticks(x0 + 0.25, x1 - 0.25, integer=True) if integer else _ticks(x0, x1):
         parts.append(f'<text x="{sx(x):.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" class="tick">{format(x, x_fmt)}</text>')
     return parts, sx, sy
 
@@ -53,7 +59,7 @@ def _legend(labels: list[str]) -> list[str]:
     for index, label in enumerate(labels):
         y = TOP + 8 + 18 * index
         parts.append(f'<rect x="{W - RIGHT + 12}" y="{y - 8}" width="12" height="12" fill="{color(index)}"/>'
-                     f'<text x="{W - RIGHT + 30}" y="{y + 2}" class="legend">{escape(label[:22])}</text>')
+                     f'<text x="{W - RIGHT + 30}" y="{y + 2}" class="legend">{escape(label[:26])}</text>')
     return parts
 
 
@@ -72,10 +78,10 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], x_label
     return _frame(title, x_label, y_label, parts + _legend(list(series)))
 
 
-def scatter(title: str, points: list[tuple[str, float, float]], x_label: str, y_label: str, x_fmt: str = ".2f",
+def scatter(title: str, points: list[tuple[str, float, float]], x_label: str, y_label: str, x_fmt: str = ".3g",
             y_fmt: str = ".0%") -> str:
     xs = [x for _, x, _ in points] or [0.0]
-    parts, sx, sy = _axes((0.0, max(max(xs) * 1.1, 1e-9)), (0.0, 1.0), x_fmt, y_fmt)
+    parts, sx, sy = _axes((0.0, max(max(xs) * 1.1, 0.01)), (0.0, 1.0), x_fmt, y_fmt)
     for index, (label, x, y) in enumerate(points):
         parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="6" fill="{color(index)}" class="point">'
                      f'<title>{escape(label)}: {format(y, y_fmt)} for {format(x, x_fmt)}</title></circle>')
