@@ -10,6 +10,7 @@
 #   perf                      measured topology and the performance feedback (tests/test_gpu_perf.py)
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
 #   timing_ab                 timing stability, world 1, this tree and .baseline (an older tree, carried) in turn
+#   batch_oracles             kloop batch of benchmarks/batch_oracles_cuda.yaml (oracles and references, cuda, world 1) + report
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/test_problems_gpu.py)
 # Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
 #   vs_pkb                    benchmarks/vs_pkb.py: PKB's run_local vs kloop eval, cold and warm, one file (about 5 min)
@@ -61,6 +62,9 @@ for name in "$@"; do
     stability) part "$name" 300 python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
         --candidate tests/candidates/all_reduce_symm.py --repeats 5 --json "$OUT/stability.json"
       grep -E "job|^timing|all_reduce \|" "$OUT/$name.log" ;;
+    batch_oracles)
+      part "$name" 540 env COLUMNS=150 python3 -m agent batch benchmarks/batch_oracles_cuda.yaml --out "$OUT/batch-oracles-cuda"
+      env COLUMNS=150 python3 -m agent report "$OUT/batch-oracles-cuda" > "$OUT/batch_report.log" 2>&1; cat "$OUT/batch_report.log" ;;
     problems:*)
       ids=$(python3 -c "import sys; from problems import all_problems; cats = set(sys.argv[1].split(','));
 print(' '.join(f'tests/test_problems_gpu.py::test_reference_as_candidate_passes_and_a_perturbed_one_fails[{p.name}]'

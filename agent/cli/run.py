@@ -55,7 +55,9 @@ def command(
     options = parse_model_options(model_option)
     if max_output_tokens is not None:
         options["max_output_tokens"] = max_output_tokens
-    llm = build_model(model, options)
+    if model.strip() == "baseline:reference" and not allow_nccl:
+        raise UserError("baseline:reference answers with the reference itself, which calls NCCL: add --allow-nccl")
+    llm = build_model(model, options, problem)
     config = RunConfig(problem=problem_name, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
                        budget=budget, harness=harness, sandbox=sandbox, out=out, pkb_root=pkb_root, examples=examples,
                        cheat_sheet=cheat_sheet)
@@ -114,11 +116,11 @@ def parse_model_options(pairs: list[str]) -> dict:
     return options
 
 
-def build_model(spec: str, options: dict):
+def build_model(spec: str, options: dict, problem=None):
     from agent.providers import InvalidModelSpec, MissingApiKey, make_model
 
     try:
-        return make_model(spec, **options)
+        return make_model(spec, problem=problem, **options)
     except (InvalidModelSpec, MissingApiKey) as error:
         raise UserError(str(error)) from None
     except Exception as error:  # noqa: BLE001 - e.g. a missing script file: one line, not a traceback
