@@ -63,7 +63,7 @@ class BashAgent:
             self.log.info("run_started", mode="bash", steps=self.config.budget.steps, tools=self.tools)
             exit_status, message = "Interrupted", "interrupted"
             try:
-                with self.shell:
+                with self.commands, self.shell:
                     self._prepare()
                     exit_status, message = self._loop()
                 if self.commands.submission is not None:

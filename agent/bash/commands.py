@@ -36,12 +36,23 @@ class Submission(BaseModel):
 
 class KloopCommands:
     """Answers one episode's calls (``__call__(request, seconds_left)``); ``submission`` once
-    ``submit`` was called; ``reports`` keeps every harness report (for the trajectory)."""
+    ``submit`` was called; ``reports`` keeps every harness report (for the trajectory).
 
-    def __init__(self, box: Sandbox, problem: Problem, harness: HarnessConfig, settings: BashSettings):
+    ``box`` is a sandbox of its own, not the shell's: a backend ends whatever a command left
+    running in its sandbox when the command returns, and the shell's command is still running
+    while its ``check`` is judged. Started and closed with this object (``with commands:``)."""
+
+    def __init__(self, box: Sandbox | None, problem: Problem, harness: HarnessConfig, settings: BashSettings):
         self.box, self.problem, self.harness, self.settings = box, problem, harness, settings
         self.submission: Submission | None = None
         self.reports: list[dict[str, Any]] = []
+
+    def __enter__(self) -> KloopCommands:
+        self.box.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.box.close()
 
     def devices(self) -> list[str]:
         """Device modes a check may use: the episode's, emulation on a GPU episode, and cpu."""

@@ -17,13 +17,15 @@ from typing import Any
 
 from agent.bash.agent import BashAgent
 from agent.bash.commands import KloopCommands
+from agent.bash.config import BashSettings
 from agent.bash.shell import Shell
 from agent.providers import Model
-from agent.run_config import RunConfig
+from agent.run_config import RunConfig, SandboxSettings
 from agent.session import EvaluationSession
 from agent.trajectory import Trajectory
 from problems.spec import Problem
 from sandbox.backends import open_sandbox
+from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 
 
@@ -36,13 +38,19 @@ def judge_submission(source: str, config: RunConfig) -> EvalReport:
 
 def make_agent(model: Model, problem: Problem, config: RunConfig, trajectory: Trajectory,
                on_step: Callable[[dict[str, Any]], None] | None = None, task_context: dict[str, Any] | None = None) -> BashAgent:
-    """A BashAgent with its shell (a new sandbox, not started yet) and commands. Raises
-    SandboxError, GpuPoolError or UserError when the sandbox cannot be made."""
-    box = open_sandbox(config.sandbox.backend, **config.sandbox.backend_options(config.harness))
-    commands = KloopCommands(box, problem, config.harness, config.bash)
-    shell = Shell(box, commands, device=config.harness.device, output_limit_chars=config.bash.output_limit_chars)
+    """A BashAgent with its shell and commands (each a new sandbox, not started yet). Raises
+    SandboxError, GpuPoolError or UserError when a sandbox cannot be made."""
+    shell, commands = make_shell(problem, config.harness, config.sandbox, config.bash)
     return BashAgent(model, problem, config, shell, commands, trajectory, judge=lambda source: judge_submission(source, config),
                      on_step=on_step, task_context=task_context)
+
+
+def make_shell(problem: Problem, harness: HarnessConfig, sandbox: SandboxSettings, settings: BashSettings) -> tuple[Shell, KloopCommands]:
+    """The agent's shell and the commands it serves, each in a sandbox of its own (not started)."""
+    commands = KloopCommands(open_sandbox(sandbox.backend, **sandbox.backend_options(harness)), problem, harness, settings)
+    shell = Shell(open_sandbox(sandbox.backend, **sandbox.backend_options(harness)), commands, device=harness.device,
+                  output_limit_chars=settings.output_limit_chars)
+    return shell, commands
 
 
 def run_episode(model: Model, problem: Problem, config: RunConfig, trajectory: Trajectory,

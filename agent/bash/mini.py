@@ -27,12 +27,11 @@ from typing import Any
 from minisweagent.exceptions import Submitted
 from pydantic import BaseModel, Field
 
-from agent.bash.commands import KloopCommands, Submission
+from agent.bash.commands import Submission
 from agent.bash.config import BashSettings
-from agent.bash.shell import Shell
+from agent.bash.episode import make_shell
 from agent.prompting import task_prompt
 from agent.run_config import RunConfig, SandboxSettings, harness_config
-from sandbox.backends import open_sandbox
 from sandbox.harness.config import DeviceMode
 from sandbox.report import EvalReport
 
@@ -70,12 +69,11 @@ class KloopEnvironment:
         self.sandbox = SandboxSettings(backend=c.backend, gpus=c.gpus, image=c.image)
         self.settings = BashSettings(actions="tools", command_timeout_s=c.timeout, output_limit_chars=c.output_limit_chars,
                                      check_trials=c.check_trials)
-        box = open_sandbox(self.sandbox.backend, **self.sandbox.backend_options(self.harness))
-        self.commands = KloopCommands(box, self.problem, self.harness, self.settings)
-        self.shell = Shell(box, self.commands, device=c.device, output_limit_chars=c.output_limit_chars)
+        self.shell, self.commands = make_shell(self.problem, self.harness, self.sandbox, self.settings)
         self.task = task_prompt(self.problem, self.harness, c.steps, template="bash/task", check_trials=c.check_trials,
                                 check_devices=self.commands.devices(), check_worlds=self.commands.worlds(c.device),
                                 final_trials=c.trials, command_timeout_s=c.timeout, output_limit_chars=c.output_limit_chars)
+        self.commands.__enter__()
         self.shell.__enter__()
         self._open = True
         self.shell.write("reference.py", self.problem.reference_source)
@@ -126,6 +124,7 @@ class KloopEnvironment:
         if self._open:
             self._open = False
             self.shell.__exit__(None, None, None)
+            self.commands.__exit__(None, None, None)
 
     def __enter__(self) -> KloopEnvironment:
         return self
