@@ -97,8 +97,8 @@ def test_openai_tool_calls_through_the_real_sdk(tmp_path):
     assert all(body["tools"][0]["function"]["name"] == "bash" for body in bodies)
     second = bodies[1]["messages"]
     assert second[-2]["tool_calls"][0]["id"] == "call_a" and second[-1]["role"] == "tool" and second[-1]["tool_call_id"] == "call_a"
-    assert "299000 characters elided" in second[-1]["content"] or "elided" in second[-1]["content"]
-    assert len(json.dumps(bodies[1])) < 20000  # the 300,000 characters never went to the provider
+    assert "299001 characters elided" in second[-1]["content"]  # 300,000 x and a newline, 1,000 of them shown
+    assert len(second[-1]["content"]) < 2000 and "x" * 1001 not in json.dumps(bodies[1])  # never sent whole
     third = bodies[2]["messages"]
     assert third[-1]["tool_call_id"] == "call_b" and "command" in third[-1]["content"]
     assert [r["status"] for r in records] == ["rc=0", "FormatError", "correct"]
