@@ -46,7 +46,9 @@ def offline_model():
     for index, item in enumerate(yaml.safe_load(DEMO_SCRIPT.read_text())):
         command = item["tool_calls"][0]["arguments"]["command"]
         call = {"id": f"call_{index}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}
-        outputs.append(make_toolcall_output(item["text"], [call], [{"command": command, "tool_call_id": f"call_{index}"}]))
+        output = make_toolcall_output(item["text"], [call], [{"command": command, "tool_call_id": f"call_{index}"}])
+        output["extra"]["cost"] = 0.0  # offline: free
+        outputs.append(output)
     return DeterministicToolcallModel(outputs=outputs, cost_per_call=0.0)
 
 

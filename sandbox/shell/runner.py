@@ -239,7 +239,6 @@ def run(config: RunnerConfig) -> dict:
     spec = JailSpec(workdir=str(config.home), readable=(str(root / "packages"), str(root / "tools")), hidden=hidden_paths(),
                     network="none", env=shell_env(config, handed.fileno()), rlimits={"nproc": SHELL_NPROC},
                     devices="none" if config.device == "cpu" else "cuda")
-    started = time.monotonic()
     try:
         jail = Jail.start(spec, ["/bin/bash", "-c", config.command], pass_fds=(handed.fileno(),), stdout=out_w, stderr=out_w)
     except JailError as error:
@@ -248,6 +247,7 @@ def run(config: RunnerConfig) -> dict:
     finally:
         os.close(out_w)
         handed.close()
+    started = time.monotonic()  # the command's time starts once the jail is up
     server = ToolServer(config, listener)
     timed_out = False
     deadline = started + config.timeout_s
