@@ -17,12 +17,12 @@ from pydantic import BaseModel
 from agent.bash.config import BashSettings
 from agent.errors import UserError
 from agent.run_config import harness_config
+from problems.spec import Problem
 from prompts import render
 from sandbox.backends import Sandbox
 from sandbox.evaluate import evaluate_in
 from sandbox.gpu_pool import gpus_needed
 from sandbox.harness.config import HarnessConfig
-from problems.spec import Problem
 
 log = structlog.get_logger(__name__)
 

@@ -228,8 +228,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(config: RunnerConfig) -> dict:
-    from sandbox.jail import Jail, JailError, JailSpec
     from sandbox.harness.launch import hidden_paths
+    from sandbox.jail import Jail, JailError, JailSpec
 
     root = Path(config.root)
     stage(root)
