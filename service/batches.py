@@ -65,7 +65,11 @@ class BatchConfig(BaseModel):
     @field_validator("models")
     @classmethod
     def _entries(cls, value: list) -> list:
-        return [ModelEntry(model=v) if isinstance(v, str) else v for v in value]
+        entries = [ModelEntry(model=v) if isinstance(v, str) else v for v in value]
+        names = [entry.model for entry in entries]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a model is named twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+        return entries
 
     @staticmethod
     def episodes(config: BatchConfig) -> Iterator[Episode]:
