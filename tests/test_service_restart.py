@@ -4,7 +4,6 @@ with the steps it had made, finished results are intact, and the processes the d
 are ended. Provider keys never reach a record, a run folder or a candidate."""
 
 import json
-import time
 
 import pytest
 
