@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make a Docker engine, the CPU sandbox test image and headless Chromium available (CI, or a fresh dev
-# machine): installs docker.io if the CLI is missing, chromium if it is missing, starts dockerd (no iptables, no default bridge:
+# Make a Docker engine and the CPU sandbox test image available (CI, or a fresh dev machine), and
+# headless Chromium for the batch report's browser test: installs chromium if it is missing,
+# installs docker.io if the CLI is missing, starts dockerd (no iptables, no default bridge:
 # sandbox containers use --network none) unless an engine already answers, waits for it,
 # then builds kernel-loop-sandbox:cpu-test with docker/build_test_image.sh (cached, offline).
 # Run as root. Environment: DOCKERD_LOG (default /tmp/kloop-dockerd.log), DOCKERD_WAIT_S (60).
@@ -22,11 +23,10 @@ if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
     apt-get install -y -q docker.io >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q docker.io >/dev/null; }
 fi
 
-# headless Chromium for the web page tests (tests/test_service_web.py); the batch report's tests use it too
 if ! command -v chromium >/dev/null; then
-    say "installing chromium"
+    say "installing chromium (the batch report's browser test)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+    apt-get install -y -q chromium fonts-dejavu-core >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium fonts-dejavu-core >/dev/null; }
 fi
 
 if docker info >/dev/null 2>&1; then
