@@ -42,10 +42,15 @@ class ServiceClient:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as error:
-            raise UserError(f"cannot reach the server at {self.url}: {error}") from None
+        attempts = 1 if method == "POST" else 3  # reads and cancels are safe to send again (POSTs carry an Idempotency-Key)
+        for attempt in range(attempts):
+            try:
+                response = self.http.request(method, path, **kwargs)
+                break
+            except httpx.TransportError as error:
+                if attempt == attempts - 1:
+                    raise UserError(f"cannot reach the server at {self.url}: {error}") from None
+                time.sleep(0.5 * (attempt + 1))
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail")

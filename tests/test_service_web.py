@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import Browser, find_chromium
+from tests.devtools_browser import Browser, find_chromium
 from tests.service_support import QUICK_EVAL, ServerProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_chromium() is None, reason="no chromium (bash docker/ci_setup.sh installs it)")]

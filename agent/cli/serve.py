@@ -87,7 +87,8 @@ def serve(
                   f"GPUs {','.join(gpu_ids) or 'none'}, {settings.cpu_slots} CPU evaluation slot(s), {sandbox} sandbox", highlight=False,
                   soft_wrap=True)
     try:
-        uvicorn.run(create_app(service), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+        uvicorn.run(create_app(service), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5,
+                    timeout_keep_alive=75)  # longer than clients keep idle connections: no close races on a reused one
     finally:
         service.stop()
 

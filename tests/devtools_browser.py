@@ -43,7 +43,8 @@ class Browser:
         url = self._devtools_url()
         port = re.search(r":(\d+)/", url).group(1)
         page = self._page_target(int(port))
-        self.ws = connect(page, max_size=64 * 2**20, open_timeout=30)
+        self._connection = connect(page, max_size=64 * 2**20, open_timeout=30)
+        self.ws = self._connection.__enter__()
         self._ids = itertools.count(1)
         self.errors: list[str] = []
         self.console: list[str] = []
