@@ -11,6 +11,8 @@
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
 #   timing_ab                 timing stability, world 1, this tree and .baseline (an older tree, carried) in turn
 #   batch_oracles             kloop batch of benchmarks/batch_oracles_cuda.yaml (oracles and references, cuda, world 1) + report
+#   service_cuda              kloop serve on GPU 0: 40 cuda world-1 evaluations from 8 API clients (benchmarks/service_load.py)
+#   service_cpu               kloop serve, 6 CPU slots: 200 CPU evaluations from 20 API clients (none lost or duplicated, p50/p99)
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/test_problems_gpu.py)
 # Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
 #   vs_pkb                    benchmarks/vs_pkb.py: PKB's run_local vs kloop eval, cold and warm, one file (about 5 min)
@@ -45,6 +47,12 @@ for name in "$@"; do
     oracle_cuda) part "$name" 90 $ORACLES -k "cuda_mode" ;;
     perf) part "$name" 200 $PYTEST tests/test_gpu_perf.py ;;
     latency) part "$name" 120 python3 benchmarks/eval_latency.py --device cuda --world 1; tail -6 "$OUT/latency.log" ;;
+    service_cuda)
+      part "$name" 480 python3 benchmarks/service_load.py --start --evals 40 --clients 8 --device cuda --world 1 -- --gpus 0 --cpu-slots 2
+      tail -8 "$OUT/$name.log" ;;
+    service_cpu)
+      part "$name" 540 python3 benchmarks/service_load.py --start --evals 200 --clients 20 -- --gpus '' --cpu-slots 6
+      tail -8 "$OUT/$name.log" ;;
     timing_ab)
       stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --repeats 3"
       part timing_baseline 80 bash -c "cd .baseline && KLOOP_CACHE_DIR=/tmp/cache-baseline PYTHONPATH=/tmp/site:\$PWD python3 $stability"

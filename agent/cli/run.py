@@ -9,7 +9,7 @@ import typer
 
 from agent.bash.config import BashSettings
 from agent.budget import Budget
-from agent.cli.common import (AllowNccl, CheatSheet, Device, DeviceOption, Examples, PkbRoot, ProblemName, Size, Trials, World, choices,
+from agent.cli.common import (AllowNccl, CheatSheet, Device, DeviceOption, Examples, PkbRoot, ProblemName, Server, Size, Trials, World, choices,
                               console, errors, load_problem, options_from, sandbox_errors, sandbox_options)
 from agent.errors import UserError
 from agent.run_config import RunMode, SandboxSettings
@@ -42,12 +42,21 @@ def command(
     examples: Examples = True,
     cheat_sheet: CheatSheet = True,
     pkb_root: PkbRoot = None,
+    server: Server = None,
     *,
     budget: Budget,
     bash: BashSettings,
     sandbox: SandboxSettings,
 ) -> None:
     """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
+    if server:
+        from agent.cli.remote import remote_run, server_decides
+
+        server_decides(sandbox, pkb_root, out=out)
+        remote_run(server, {"problem": problem_name, "model": model, "options": parse_model_options(model_option), "mode": mode.value,
+                            "steps": budget.steps, "budgets": budget.model_dump(exclude={"steps"}), "target_speedup": target_speedup,
+                            "world": world, "device": device.value, "size": size, "trials": trials, "allow_nccl": allow_nccl,
+                            "examples": examples, "cheat_sheet": cheat_sheet})
     from agent.episode import Episode
     from agent.render import step_line
     from agent.run_config import RunConfig, check_host_gpus, harness_config
