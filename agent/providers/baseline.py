@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from agent.providers.base import FatalProviderError, Message, ModelResponse, ToolSpec, Usage
 
 if TYPE_CHECKING:
-    from problems.spec import Problem
+    from problems.contract import Problem
 
 BASELINES = ("reference", "oracle")
 
