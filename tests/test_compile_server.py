@@ -5,6 +5,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from kloop_runtime import build
 from sandbox.harness.compile_server import CompileServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,3 +37,18 @@ def test_multicast_pasted_by_a_macro_is_refused(tmp_path):
     assert "multimem" not in hostile
     result = server(tmp_path).build("cubin", {"source": hostile, "options": [], "arch": "90a"})
     assert not result.ok and "multimem" in result.log.lower() and "preprocessed" in result.log
+
+
+def test_a_kernel_is_compiled_once_and_a_foreign_cache_entry_again(tmp_path, monkeypatch):
+    runs = []
+    real = build._run_compiler
+    monkeypatch.setattr(build, "_run_compiler", lambda *args, **kwargs: runs.append(args[2]) or real(*args, **kwargs))
+    payload = {"source": "__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n", "options": [], "arch": "90a"}
+    (tmp_path / "deliver").mkdir()
+    secret = os.urandom(32)
+    assert CompileServer(tmp_path / "cache", secret, tmp_path / "deliver").build("cubin", payload).ok
+    assert runs == ["nvcc"]  # built once (it was built twice: the fresh artifact failed its own seal check)
+    assert CompileServer(tmp_path / "cache", secret, tmp_path / "deliver").build("cubin", payload).ok
+    assert runs == ["nvcc"]  # a sealed cache hit
+    assert CompileServer(tmp_path / "cache", os.urandom(32), tmp_path / "deliver").build("cubin", payload).ok
+    assert runs == ["nvcc", "nvcc"]  # sealed under another secret: not trusted, built again
