@@ -25,10 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent.run_config import RunMode
 from sandbox.harness.config import DeviceMode
 from service.control import JobControl
-from service.models import Budgets, RunRequest
+from service.models import Budgets, RunRequest, ServiceRunMode
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 MAX_EPISODES = 2000
@@ -48,7 +47,7 @@ class BatchConfig(BaseModel):
     problems: list[str] = Field(min_length=1, description="names, category:<cat>, or all")
     samples: int = Field(1, ge=1, le=50)
     steps: int = Field(5, ge=1, le=200)
-    mode: RunMode = "loop"
+    mode: ServiceRunMode = "loop"
     world: int = Field(2, ge=1, le=64)
     device: DeviceMode = "cpu"
     size: str | None = None
