@@ -36,9 +36,9 @@ def load_problem(name: str):
 def eval_harness(request: EvalRequest | RunRequest, problem) -> HarnessConfig:
     from agent.run_config import harness_config
 
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"timed": request.timed}
     if isinstance(request, EvalRequest):
-        extra = {"timed": request.timed, "stress_calls": request.stress}
+        extra["stress_calls"] = request.stress
     try:
         return harness_config(problem, world=request.world, device=request.device, size=request.size, trials=request.trials,
                               allow_nccl=request.allow_nccl, **extra)

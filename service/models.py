@@ -64,6 +64,7 @@ class RunRequest(Strict):
     device: DeviceMode = "cpu"
     size: str | None = None
     trials: int = Field(5, ge=1, le=100)
+    timed: bool | None = Field(None, description="time each correct answer against the reference (default: yes, except emulate)")
     allow_nccl: bool = False
     examples: bool = Field(True, description="oracle solutions of other problems as in-context examples")
     cheat_sheet: bool = Field(True, description="the multi-GPU cheat sheet in the task prompt")

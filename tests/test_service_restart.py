@@ -25,7 +25,7 @@ def test_kill_9_and_restart_loses_nothing(tmp_path):
             hanging = api.post("/v1/evals", json=dict(QUICK_EVAL, source=HANG)).json()["id"]  # holds a CPU slot
             wait_for(api, hanging, statuses=("running",), timeout_s=120)
             run = api.post("/v1/runs", json={"problem": "all_reduce", "model": "scripted:demo", "steps": 2, "allow_nccl": True,
-                                             "trials": 1}).json()["id"]
+                                             "trials": 1, "timed": False}).json()["id"]
             queued = [api.post("/v1/evals", json=QUICK_EVAL).json()["id"] for _ in range(3)]
             # the run has made its first step (saved) and is on its second
             with api.stream("GET", f"/v1/jobs/{run}/events", timeout=300) as stream:
