@@ -4,6 +4,7 @@ with the steps it had made, finished results are intact, and the processes the d
 are ended. Provider keys never reach a record, a run folder or a candidate."""
 
 import json
+import time
 
 import pytest
 
@@ -32,6 +33,10 @@ def test_kill_9_and_restart_loses_nothing(tmp_path):
                 for _, type_, data in parse_sse(stream.iter_lines()):
                     if type_ == "step":
                         break
+            folder = server.folder / "data" / "jobs" / run
+            deadline = time.monotonic() + 60  # the step is in the trajectory (saved just after its event)
+            while not _saved_steps(folder) and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert server.sandbox_processes()
         server.kill9()
         left = server.sandbox_processes()
@@ -57,6 +62,15 @@ def test_kill_9_and_restart_loses_nothing(tmp_path):
         assert not set(left) & set(server.sandbox_processes())  # the dead server's processes were ended
     finally:
         server.stop()
+
+
+def _saved_steps(folder):
+    from agent.trajectory import find_trajectory
+
+    try:
+        return json.loads(find_trajectory(folder).read_text())["info"].get("steps")
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 LEAKY = """
