@@ -120,3 +120,18 @@ def test_rejudge_scores_the_saved_solutions_again(batch):
     for rid, record in old.items():
         assert new[rid]["correct"] == record["correct"]  # the judge did not change: neither did the verdicts
     assert json.loads((batch["out"] / "rejudge" / "summary.json").read_text())["models"]
+
+
+def test_a_bash_mode_batch_scores_the_judged_submission(tmp_path):
+    """``mode: bash``: the scripted shell session (a wrong first try, `check`, the fix, `bench`,
+    `submit`) is one episode whose score is the full judge's verdict on what it submitted."""
+    config = tmp_path / "bash.yaml"
+    config.write_text("models: [scripted:bash-demo]\nproblems: [all_reduce]\nsamples: 1\nsteps: 10\nmode: bash\nworld: 2\n"
+                      "device: cpu\ntrials: 2\nallow_nccl: true\n")
+    done = kloop("batch", str(config), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [record] = read_records(tmp_path / "out" / "results.jsonl")
+    assert record["outcome"] == "correct" and record["correct"], record
+    assert record["steps_used"] >= 5 and record["exit_status"] == "Submitted"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert json.dumps(summary).count("scripted:bash-demo") >= 1

@@ -168,9 +168,51 @@ def summarize(ctx: EpisodeContext, outcome: Any, records: list[dict[str, Any]], 
     return ctx.result(outcome="failed", best_status=last, failure_class=last, **fields)
 
 
+def run_bash_episode(ctx: EpisodeContext) -> EpisodeResult:
+    """``bash``: the model at a shell in the sandbox (``agent.bash``); the episode's verdict is the
+    full judge's on its submission. A baseline answers as in the loop (one step)."""
+    from agent.bash.episode import run_episode as run_bash
+    from agent.bash.trajectory import MiniTrajectory
+    from agent.budget import Budget
+    from agent.providers import make_model
+    from agent.run_config import RunConfig, harness_config
+    from problems import find_problem
+
+    config, episode, entry = ctx.config, ctx.episode, ctx.entry
+    if entry.is_baseline:
+        return run_agent_episode(ctx)
+    problem = find_problem(episode.selector, config.pkb_root)
+    allow_nccl = config.allow_nccl if entry.allow_nccl is None else entry.allow_nccl
+    harness = harness_config(problem, world=config.world, device=config.device, size=config.size, trials=config.trials,
+                             timed=config.timed, allow_nccl=allow_nccl, seed=episode.seed)
+    sandbox = config.sandbox.model_copy(update={"gpus": ",".join(ctx.gpus)}) if ctx.gpus else config.sandbox
+    model = make_model(entry.spec, problem=problem, **entry.options)
+    if ctx.gate is not None:
+        model = GatedModel(model, ctx.gate)
+    run_config = RunConfig(problem=episode.selector, model=entry.spec, model_options=entry.options, mode="bash",
+                           budget=Budget(steps=config.steps, **config.budget), target_speedup=config.target_speedup,
+                           harness=harness, sandbox=sandbox, out=ctx.run_dir.parent, pkb_root=config.pkb_root)
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    trajectory = MiniTrajectory(ctx.run_dir, info={"config": run_config.model_dump(mode="json"), "batch_episode": episode.id})
+    agent = run_bash(model, problem, run_config, trajectory)
+    spend, verdict = agent.spend, agent.verdict
+    points = [StepPoint(step=r["step"], status=str(r.get("status", "command")), speedup=r.get("speedup")) for r in agent.records]
+    fields: dict[str, Any] = dict(steps_used=spend.steps, input_tokens=spend.input_tokens, output_tokens=spend.output_tokens,
+                                  cost_usd=spend.known_cost_usd, wall_s=round(spend.wall_s, 1), exit_status=agent.exit_status,
+                                  steps=points, message=(verdict.message if verdict is not None else agent.exit_status)[:500])
+    if agent.exit_status == "ProviderFailed":
+        return ctx.result(outcome="infra", failure_class="infra:provider", **fields)
+    if verdict is not None and verdict.status == "correct":
+        return ctx.result(outcome="correct", correct=True, speedup=verdict.speedup, speedup_ci=verdict.speedup_ci,
+                          best_step=spend.steps, **fields)
+    status = verdict.status if verdict is not None else "no_submission"
+    return ctx.result(outcome="failed", best_status=status, failure_class=status, **fields)
+
+
 RUNNERS: dict[Mode, Callable[[EpisodeContext], EpisodeResult]] = {
     Mode.loop: run_agent_episode,
     Mode.single: run_agent_episode,
+    Mode.bash: run_bash_episode,
 }
 
 
