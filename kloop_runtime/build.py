@@ -2,9 +2,13 @@
 
 A build is keyed by everything that changes its output (source, options, target, compiler
 version); the result lands atomically in the cache under that key, and a file lock per key
-means concurrent ranks never compile the same source twice. Compilers run under Landlock
-(read system folders, write only the build folder), so a hostile ``#include`` cannot pull a
-user's files into the compiler log. Compiler output is kept whole for feedback.
+means concurrent ranks never compile the same source twice. Compiler output is kept whole for
+feedback.
+
+Compilers run as the caller's ``confine`` says. The judge, which compiles hostile sources, passes
+one that runs them under Landlock (read system folders, write only the build folder), so a
+hostile ``#include`` cannot pull a user's files into the compiler log; without one (a solution
+run by hand, outside the harness) the compiler runs as it is. The runtime never imports the judge.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ import sys
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Callable, Sequence
 
 from filelock import FileLock
 
 from kloop_runtime.settings import compile_cache_dir
 
 COMPILE_TIMEOUT_S = 600
+# confine(cmd, build_dir, extra_read) -> the command line that runs compiler ``cmd`` writing only
+# under ``build_dir`` and reading system folders and ``extra_read``.
+Confine = Callable[[list[str], Path, Sequence[str]], list[str]]
 NVCC_OPTIONS_ALLOWED = (
     "-D", "-U", "-O", "-std=", "--std=", "-use_fast_math", "--use_fast_math", "-lineinfo", "-maxrregcount",
     "--maxrregcount", "-Xptxas", "--ptxas-options", "--expt-relaxed-constexpr", "--expt-extended-lambda",
@@ -94,16 +102,10 @@ def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def _confined(cmd: list[str], build_dir: Path, extra_read: list[str] = ()) -> list[str]:
-    writes = ["--write", str(build_dir)]
-    reads = [arg for path in extra_read for arg in ("--read", path)]
-    return [sys.executable, "-m", "sandbox.harness.confined_exec", *writes, *reads, "--", *cmd]
-
-
-def _run_compiler(cmd: list[str], build_dir: Path, what: str, extra_read: list[str] = ()) -> str:
+def _run_compiler(cmd: list[str], build_dir: Path, what: str, confine: Confine | None, extra_read: Sequence[str] = ()) -> str:
     try:
         proc = subprocess.run(
-            _confined(cmd, build_dir, extra_read), cwd=build_dir, capture_output=True, text=True,
+            confine(cmd, build_dir, extra_read) if confine else cmd, cwd=build_dir, capture_output=True, text=True,
             timeout=COMPILE_TIMEOUT_S, env={**os.environ, "TMPDIR": str(build_dir)},
         )
     except subprocess.TimeoutExpired as expired:
@@ -114,7 +116,8 @@ def _run_compiler(cmd: list[str], build_dir: Path, what: str, extra_read: list[s
     return output
 
 
-def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = None, cache_dir: Path | None = None) -> Path:
+def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = None, cache_dir: Path | None = None,
+                confine: Confine | None = None) -> Path:
     """Compile ``source`` with nvcc to a cubin for ``arch``; returns the cached file."""
     arch = normalize_arch(arch or default_arch())
     options = tuple(str(o) for o in options)
@@ -135,7 +138,7 @@ def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = N
             (build_dir / "kernel.cu").write_text(source)
             cmd = [find_nvcc(), "-cubin", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-std=c++17",
                    "-lineinfo", *options, "-o", "kernel.cubin", "kernel.cu"]
-            _run_compiler(cmd, build_dir, "nvcc")
+            _run_compiler(cmd, build_dir, "nvcc", confine)
             os.replace(build_dir / "kernel.cubin", target)
     return target
 
@@ -151,6 +154,7 @@ def build_extension(
     extra_include_paths: tuple[str, ...] = (),
     arch: str | None = None,
     cache_dir: Path | None = None,
+    confine: Confine | None = None,
 ) -> Path:
     """Build a torch C++/CUDA extension (``load_inline`` semantics); returns the cached .so."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -176,7 +180,7 @@ def build_extension(
             (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
             builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
             cmd = [sys.executable, str(builder), str(build_dir / "spec.json")]
-            _run_compiler(cmd, build_dir, "extension build", extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
+            _run_compiler(cmd, build_dir, "extension build", confine, extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
             target.parent.mkdir(exist_ok=True)
             os.replace(build_dir / f"{module_name}.so", target)
     return target

@@ -71,6 +71,7 @@ class Probe:
     def __init__(self, torch, transfer_mib: int):
         from kloop_runtime import driver
         from kloop_runtime.build import build_cubin
+        from sandbox.harness.confined_exec import confined_command
 
         self.torch, self.driver = torch, driver
         self.count = torch.cuda.device_count()
@@ -78,7 +79,7 @@ class Probe:
             raise ProbeError("torch sees no CUDA device (a CPU-only torch build, or no GPU visible)")
         self.nbytes = transfer_mib * 2**20
         self.props = [torch.cuda.get_device_properties(d) for d in range(self.count)]
-        cubin = build_cubin(KERNELS)
+        cubin = build_cubin(KERNELS, confine=confined_command)
         self.contexts, self.kernels = [], []
         for device in range(self.count):
             self.contexts.append(self._current(device))

@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from kloop_runtime import build
+from sandbox.harness.confined_exec import confined_command
 from sandbox.harness.static_checks import MULTICAST, MULTICAST_OFF
 
 log = structlog.get_logger(__name__)
@@ -104,10 +105,10 @@ class CompileServer:
             if kind == "cubin":
                 self._refuse_preprocessed(payload)
             builder = build.build_cubin if kind == "cubin" else build.build_extension
-            artifact = builder(**payload, cache_dir=self.cache_dir)
+            artifact = builder(**payload, cache_dir=self.cache_dir, confine=confined_command)
             if not self._seal_holds(artifact):  # not built here, or changed since: build it again
                 artifact.unlink(missing_ok=True)
-                artifact = builder(**payload, cache_dir=self.cache_dir)
+                artifact = builder(**payload, cache_dir=self.cache_dir, confine=confined_command)
                 self._seal_path(artifact).write_text(self._digest(artifact))
             return BuildResult(ok=True, path=str(self._deliver(artifact)))
         except CompileRefused as refusal:
