@@ -102,6 +102,18 @@ def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
+def _built_once(cache_dir: Path, key: str, target: Path, build: Callable[[Path], None]) -> Path:
+    """``target``, made by ``build(build_dir)`` in a fresh folder under a file lock for ``key``
+    unless it is there already (another process may have built it while this one waited)."""
+    if target.exists():
+        return target
+    with FileLock(str(cache_dir / f"{key}.lock")):
+        if not target.exists():
+            with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
+                build(Path(tmp))
+    return target
+
+
 def _run_compiler(cmd: list[str], build_dir: Path, what: str, confine: Confine | None, extra_read: Sequence[str] = ()) -> str:
     try:
         proc = subprocess.run(
@@ -128,19 +140,15 @@ def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = N
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = _key("cubin", source, options, arch, nvcc_version())
     target = cache_dir / f"{key}.cubin"
-    if target.exists():
-        return target
-    with FileLock(str(cache_dir / f"{key}.lock")):
-        if target.exists():
-            return target
-        with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
-            build_dir = Path(tmp)
-            (build_dir / "kernel.cu").write_text(source)
-            cmd = [find_nvcc(), "-cubin", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-std=c++17",
-                   "-lineinfo", *options, "-o", "kernel.cubin", "kernel.cu"]
-            _run_compiler(cmd, build_dir, "nvcc", confine)
-            os.replace(build_dir / "kernel.cubin", target)
-    return target
+
+    def compile_in(build_dir: Path) -> None:
+        (build_dir / "kernel.cu").write_text(source)
+        cmd = [find_nvcc(), "-cubin", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-std=c++17",
+               "-lineinfo", *options, "-o", "kernel.cubin", "kernel.cu"]
+        _run_compiler(cmd, build_dir, "nvcc", confine)
+        os.replace(build_dir / "kernel.cubin", target)
+
+    return _built_once(cache_dir, key, target, compile_in)
 
 
 def build_extension(
@@ -170,17 +178,13 @@ def build_extension(
     key = _key("extension", name, spec, arch, torch.__version__, nvcc_version() if cuda_sources else "")
     module_name = f"{name}_{key[:12]}"
     target = cache_dir / f"ext-{key}" / f"{module_name}.so"
-    if target.exists():
-        return target
-    with FileLock(str(cache_dir / f"{key}.lock")):
-        if target.exists():
-            return target
-        with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
-            build_dir = Path(tmp)
-            (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
-            builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
-            cmd = [sys.executable, str(builder), str(build_dir / "spec.json")]
-            _run_compiler(cmd, build_dir, "extension build", confine, extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
-            target.parent.mkdir(exist_ok=True)
-            os.replace(build_dir / f"{module_name}.so", target)
-    return target
+
+    def compile_in(build_dir: Path) -> None:
+        (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
+        builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
+        cmd = [sys.executable, str(builder), str(build_dir / "spec.json")]
+        _run_compiler(cmd, build_dir, "extension build", confine, extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
+        target.parent.mkdir(exist_ok=True)
+        os.replace(build_dir / f"{module_name}.so", target)
+
+    return _built_once(cache_dir, key, target, compile_in)
