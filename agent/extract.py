@@ -20,11 +20,12 @@ def _defines_solution(source: str) -> bool:
     return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "solution" for node in tree.body)
 
 
-def extract_solution(text: str, truncated: bool = False) -> str:
+def extract_solution(text: str, truncated: bool = False, tool_calls: list[str] | None = None, refusal: str | None = None) -> str:
     """The last fenced Python block that parses and defines a top-level ``solution``.
 
     Raises :class:`Truncated` when the answer was cut off and holds no complete block, and
-    :class:`FormatError` (with feedback for the model) when there is no usable block."""
+    :class:`FormatError` (with feedback for the model) when there is no usable block; that
+    feedback names the ``tool_calls`` the answer made instead, or the ``refusal`` it gave."""
     blocks = FENCE.findall(text)
     python_blocks = [body for tag, body in blocks if tag.lower() in PYTHON_TAGS]
     for body in reversed(python_blocks):
@@ -38,4 +39,5 @@ def extract_solution(text: str, truncated: bool = False) -> str:
             ast.parse(python_blocks[-1])
         except SyntaxError as error:
             syntax_error = f"line {error.lineno}: {error.msg}"
-    raise FormatError(render("format_error", blocks=len(blocks), syntax_error=syntax_error))
+    raise FormatError(render("format_error", blocks=len(blocks), syntax_error=syntax_error, tool_calls=tool_calls or [],
+                             refusal=refusal))

@@ -3,42 +3,50 @@
 As plain as mini-swe-agent's agent: ``run`` calls ``step`` until a terminating exception;
 non-terminating ones become feedback. The conversation is a list of typed messages
 (``agent.messages``: system, task, then each answer with its feedback, thinking and tool calls
-kept); the trajectory is saved after every step.
+kept); the trajectory is saved after every step, and when the run ends for any reason (an
+uncaught exception or Ctrl-C included: the exit message then holds the exception and its
+traceback).
 
-Public shape (what the CLI, batch runs and the service call)::
+Public shape (what ``agent.episode`` calls; batch runs and the service call ``run_episode``)::
 
     agent = Agent(model, problem, config, evaluate, trajectory, on_step=None)
-    exit_status = agent.run()       # "LimitsExceeded", "Submitted", "ProviderFailed", ...
+    exit_status = agent.run()       # "LimitsExceeded", "Submitted", "ProviderFailed", "Interrupted", ...
 
 - ``model``: an ``agent.providers.Model``; ``problem``: a loaded ``problems.Problem``;
-  ``config``: a ``RunConfig`` (budget, harness orders, prompt switches; ``mode="single"`` is a
-  one-step budget); ``evaluate(source, step) -> EvalReport`` (e.g. ``EvaluationSession.evaluate``);
-  ``trajectory``: the run folder's ``Trajectory``.
+  ``config``: a ``RunConfig``; ``evaluate(source, step) -> EvalReport``; ``trajectory``: the
+  run folder's ``Trajectory``.
 - ``on_step(record)`` is called with each step's record (a dict: step, status, message, tokens,
-  cost_usd, wall_s, speedup, ...).
+  cost_usd, wall_s, speedup, ...); ``on_progress(info)`` while a streamed answer arrives.
 - After ``run``: ``agent.messages`` (ending with the ``exit`` message), ``agent.best``
-  (``BestSolution`` or None), ``agent.spend`` (``Spend``), ``agent.records``.
+  (``BestSolution`` or None), ``agent.spend`` (``Spend``), ``agent.records``, ``agent.warnings``.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
+import structlog
 from pydantic import BaseModel, Field
 
 from agent import budget as budgets
-from agent.control import NonTerminating, ProviderFailed, Submitted, Terminating
+from agent.control import LimitsExceeded, NonTerminating, ProviderFailed, Submitted, Terminating
 from agent.extract import extract_solution
 from agent.prompting import feedback_prompt, system_prompt, task_options, task_prompt
-from agent.providers import Message, Model, ModelResponse, ProviderError
+from agent.providers import DeadlineExceeded, FatalProviderError, Message, Model, ModelResponse, ProviderError
 from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
 from problems.contract import Problem
+from prompts import render
 from sandbox.report import EvalReport
 
 MAX_PROVIDER_FAILURES = 3
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+console_log = structlog.get_logger("agent.loop")
 
 
 class BestSolution(BaseModel):
@@ -50,30 +58,44 @@ class BestSolution(BaseModel):
     source: str = Field(repr=False)
 
 
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates (a model's broken JSON escapes) replaced by U+FFFD, so that
+    files, the harness and the next request can carry it."""
+    return LONE_SURROGATE.sub("\ufffd", text)
+
+
 class Agent:
     def __init__(self, model: Model, problem: Problem, config: RunConfig, evaluate: Callable[[str, int], EvalReport],
                  trajectory: Trajectory, on_step: Callable[[dict[str, Any]], None] | None = None,
-                 task_context: dict[str, Any] | None = None):
+                 task_context: dict[str, Any] | None = None, on_progress: Callable[[dict[str, Any]], None] | None = None):
         self.model, self.problem, self.config = model, problem, config
         self.evaluate = evaluate
         self.trajectory = trajectory
         self.on_step = on_step or (lambda record: None)
+        self.on_progress = on_progress
         self.task_context = task_context or {}
         self.messages: list[Message] = []
         self.spend = budgets.Spend()
         self.best: BestSolution | None = None
         self.records: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
         self.provider_failures = 0
+        self.seen: dict[str, tuple[int, str, str]] = {}  # solution source -> (step, status, message)
+        self.finished = False
+        self.log: Any = console_log
 
     def run(self) -> str:
-        """Run until a budget is spent or the run is done; returns the exit status."""
-        context = {**task_options(self.problem, self.config.cheat_sheet, self.config.examples), **self.task_context}
-        self.add("system", system_prompt())
-        self.add("user", task_prompt(self.problem, self.config.harness, self.config.budget.steps, **context))
+        """Run until a budget is spent or the run is done; returns the exit status. An uncaught
+        exception (Ctrl-C included) is recorded in the trajectory, then raised again."""
         with self.trajectory.event_log(problem=self.problem.name, model=self.config.model) as self.log:
-            self.log.info("run_started", mode=self.config.mode, steps=self.config.budget.steps)
-            exit_status, message = "Interrupted", "interrupted"
             try:
+                self.log.info("run_started", mode=self.config.mode, steps=self.config.budget.steps)
+                self._check_setup()
+                context = {**task_options(self.problem, self.config.cheat_sheet, self.config.examples,
+                                          self.config.harness.device), **self.task_context}
+                self.add("system", system_prompt())
+                self.add("user", task_prompt(self.problem, self.config.harness, self.config.budget.steps, **context))
+                self._save()
                 while True:
                     try:
                         self.step()
@@ -82,26 +104,49 @@ class Agent:
                             self.add("user", control.message, step=self.spend.steps, kind=type(control).__name__)
                             self._record(status=type(control).__name__, message=control.message.splitlines()[0])
                     except Terminating as control:
-                        exit_status, message = control.exit_status, control.message
-                        break
+                        self.finish(control.exit_status, control.message)
+                        return control.exit_status
                     finally:
-                        self._save()
-            finally:
-                self._finish(exit_status, message)
-        return exit_status
+                        if not self.finished:
+                            self._save()
+            except BaseException as error:
+                if not self.finished:
+                    self.abort(error)
+                raise
 
     def add(self, role: str, content: str, **extra: Any) -> Message:
-        message = Message(role=role, content=content, extra=extra)
+        message = Message(role=role, content=content, extra={**extra, "timestamp": time.time()})
         self.messages.append(message)
         return message
+
+    def warn(self, text: str) -> None:
+        """A warning for the person running this: the event log, the trajectory and stderr."""
+        self.warnings.append(text)
+        self.log.warning("warning", message=text)
+        console_log.warning(text)
+
+    def _check_setup(self) -> None:
+        budget = self.config.budget
+        if budget.max_run_cost_usd is not None and getattr(self.model, "price_known", True) is False:
+            self.warn(f"--max-run-cost ${budget.max_run_cost_usd:g} cannot be kept: there is no price for {self.config.model} "
+                      f"(add it to ~/.config/kernel-loop/prices.yaml); the cost of this run is unknown")
+        recorded = getattr(self.model, "recorded_problem", None)
+        if recorded and recorded != self.problem.name:
+            self.warn(f"replaying answers recorded for {recorded!r} onto {self.problem.name!r}: they were written for "
+                      f"another problem")
 
     def step(self) -> None:
         budgets.check(self.config.budget, self.spend)
         response = self.query()
-        source = extract_solution(response.text, truncated=response.finish_reason == "length")
         step = self.spend.steps
+        source = extract_solution(response.text, truncated=response.finish_reason == "length",
+                                  tool_calls=[c.name for c in response.tool_calls], refusal=response.refusal)
         self.trajectory.write_file(f"steps/{step:03d}/solution.py", source)
+        if source in self.seen:
+            self._repeated(step, *self.seen[source])
+            return
         report = self.evaluate(source, step)
+        self.seen[source] = (step, report.status, report.message)
         self.trajectory.write_file(f"steps/{step:03d}/report.json", report.model_dump_json(indent=2))
         self._keep_if_best(step, source, report)
         self.log.info("evaluated", step=step, status=report.status, speedup=report.speedup, wall_s=report.wall_s)
@@ -113,25 +158,49 @@ class Agent:
         if target is not None and report.correct and report.speedup is not None and report.speedup >= target:
             raise Submitted(f"target speedup {target}x reached at step {step} ({report.speedup:.2f}x)")
 
+    def _repeated(self, step: int, earlier: int, status: str, message: str) -> None:
+        """The same solution as an earlier step's: not judged again, the model is told so."""
+        self.log.info("repeated", step=step, repeats=earlier)
+        self._record(status="repeated", message=f"same solution as step {earlier} ({status}); not evaluated again", repeats=earlier)
+        self.add("user", render("repeated", earlier_step=earlier, status=status, message=message.splitlines()[0] if message else ""),
+                 step=step, status="repeated", repeats=earlier, solution=f"steps/{step:03d}/solution.py")
+
     def query(self) -> ModelResponse:
-        self.spend.steps += 1
+        deadline = self.spend.deadline(self.config.budget)
         try:
-            response = self.model.complete(self.messages)
+            response = self.model.complete([m for m in self.messages if m.role != "exit"], deadline=deadline,
+                                           progress=self.on_progress)
+        except DeadlineExceeded as error:
+            raise LimitsExceeded(f"wall-time budget of {self.config.budget.max_run_wall_s:g} s spent: {error}") from error
+        except FatalProviderError as error:  # a bad key or request fails the same way next time
+            self.spend.failed_calls += 1
+            self.log.error("provider_error", error=str(error), fatal=True)
+            self._record(status="provider_error", message=str(error)[:300])
+            raise ProviderFailed(str(error)) from error
         except ProviderError as error:
+            self.spend.failed_calls += 1
             self.provider_failures += 1
-            self.log.warning("provider_error", step=self.spend.steps, error=str(error))
+            self.log.warning("provider_error", error=str(error))
             self._record(status="provider_error", message=str(error)[:300])
             if self.provider_failures >= MAX_PROVIDER_FAILURES:
                 raise ProviderFailed(f"the model provider failed {self.provider_failures} times in a row: {error}") from error
             raise _Retry() from error
         self.provider_failures = 0
+        response.text, response.refusal = clean_text(response.text), response.refusal and clean_text(response.refusal)
+        response.thinking = response.thinking and clean_text(response.thinking)
         self.spend.add(response)
-        self.messages.append(response.to_message(step=self.spend.steps, finish_reason=response.finish_reason,
-                                                 usage=response.usage.model_dump(), cost_usd=response.cost_usd,
-                                                 latency_s=response.latency_s, attempts=response.attempts))
-        self.trajectory.write_file(f"steps/{self.spend.steps:03d}/response.md", response.text)
-        self.log.info("model_response", step=self.spend.steps, finish_reason=response.finish_reason,
+        step = self.spend.steps
+        self.messages.append(response.to_message(
+            step=step, finish_reason=response.finish_reason, usage=response.usage.model_dump(), cost=response.cost_usd or 0.0,
+            cost_usd=response.cost_usd, model=response.model, latency_s=response.latency_s, attempts=response.attempts,
+            streamed=response.streamed, timestamp=time.time()))
+        self.trajectory.write_file(f"steps/{step:03d}/response.md", response_markdown(response))
+        self.log.info("model_response", step=step, finish_reason=response.finish_reason,
                       **response.usage.model_dump(), cost_usd=response.cost_usd, latency_s=response.latency_s)
+        if not response.usage.reported and self.spend.unknown_usage_calls == 1:
+            self.warn(f"{self.config.model} answered without token usage: the tokens and cost of such calls are unknown"
+                      + (" and the token/cost budget ends the run" if self.config.budget.max_run_cost_usd or
+                         self.config.budget.max_run_tokens else ""))
         return response
 
     def _keep_if_best(self, step: int, source: str, report: EvalReport) -> None:
@@ -153,26 +222,53 @@ class Agent:
         self.trajectory.save(self.messages)
 
     def _stats(self) -> dict[str, Any]:
-        return {"model_stats": {"instance_cost": self.spend.known_cost_usd, "api_calls": self.spend.steps,
-                                "input_tokens": self.spend.input_tokens, "output_tokens": self.spend.output_tokens,
-                                "cached_input_tokens": self.spend.cached_input_tokens, "reasoning_tokens": self.spend.reasoning_tokens},
-                "best": self.best.model_dump(exclude={"source"}) if self.best else None, "steps": self.records}
+        spend = self.spend
+        return {"model_stats": {"instance_cost": spend.cost_usd, "cost_known": spend.cost_known, "api_calls": spend.steps,
+                                "failed_calls": spend.failed_calls, "input_tokens": spend.input_tokens,
+                                "output_tokens": spend.output_tokens, "cached_input_tokens": spend.cached_input_tokens,
+                                "reasoning_tokens": spend.reasoning_tokens, "unknown_usage_calls": spend.unknown_usage_calls},
+                "best": self.best.model_dump(exclude={"source"}) if self.best else None, "steps": self.records,
+                "warnings": self.warnings}
 
-    def _finish(self, exit_status: str, message: str) -> None:
+    def abort(self, error: BaseException) -> None:
+        """End the run on an exception that was not the loop's own: Ctrl-C is ``Interrupted``,
+        anything else its class name; the exit message keeps the exception and its traceback."""
+        if isinstance(error, KeyboardInterrupt):
+            self.finish("Interrupted", "interrupted (Ctrl-C)", exception=error)
+        else:
+            self.finish(type(error).__name__, f"uncaught {type(error).__name__}: {error}", exception=error)
+
+    def finish(self, exit_status: str, message: str, exception: BaseException | None = None) -> None:
+        self.finished = True
         submission = self.best.source if self.best else ""
-        summary = message or exit_status
+        summary = f"{exit_status}: {message or exit_status}"
         if self.best:
             speed = f"{self.best.speedup:.2f}x" if self.best.speedup is not None else "untimed"
             summary += f"; best: step {self.best.step} ({speed})"
         else:
             summary += "; no correct solution"
-        self.add("exit", summary, exit_status=exit_status, submission=submission)
+        extra: dict[str, Any] = {"exit_status": exit_status, "submission": submission}
+        if exception is not None:
+            extra.update(exception_str=str(exception), exception_type=type(exception).__name__,
+                         traceback="".join(traceback.format_exception(exception)))
+        self.add("exit", summary, **extra)
         stats = self._stats()
         self.trajectory.info.update(exit_status=exit_status, submission=submission, **stats)
         self.trajectory.save(self.messages)
         self.trajectory.write_file("summary.json", json.dumps(
             {"exit_status": exit_status, "message": summary, "wall_s": round(self.spend.wall_s, 2), **stats}, indent=2, default=str))
         self.log.info("run_finished", exit_status=exit_status, message=summary)
+
+
+def response_markdown(response: ModelResponse) -> str:
+    """A step's ``response.md``: the answer, and what else it held (refusal, tool calls)."""
+    parts = [response.text]
+    if response.refusal:
+        parts.append(f"\n\n**Refusal:** {response.refusal}")
+    for call in response.tool_calls:
+        arguments = call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments, indent=2)
+        parts.append(f"\n\n**Tool call** `{call.name}` (id {call.id}):\n\n```json\n{clean_text(arguments)}\n```")
+    return "".join(parts)
 
 
 class _Retry(NonTerminating):

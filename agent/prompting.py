@@ -102,9 +102,11 @@ def describe_input(x) -> str:
 
 
 def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sheet_on: bool = False,
-                examples: list[dict] | tuple = (), hardware: topology.Topology | None = None) -> str:
+                examples: list[dict] | tuple = (), hardware: topology.Topology | None = None, template: str = "task",
+                **extra: Any) -> str:
     """The first user message. ``hardware`` overrides this host's topology (tests render with a
-    fixed one); the cheat sheet is only for GPU runs."""
+    fixed one); the cheat sheet is only for GPU runs. ``template`` (one that extends ``task``,
+    e.g. ``bash/task``) and ``extra`` (its own variables) are for other modes."""
     size = config.resolved_size()
     shape = problem.shape(size)
     dtype = config.dtype or problem.spec.dtype
@@ -114,16 +116,17 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
         bound = topology.roofline_for(topo, problem.cost_at(config.world, size, dtype))
     sheet = cheat_sheet(topo) if cheat_sheet_on and topo is not None else ""
     return render(
-        "task", problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,
+        template, problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,
         inputs=input_signature(problem, config.world, size, dtype) or [], size=size, shape=shape, dtype=dtype,
         device=config.device, topology=topo, roofline=bound, allow_nccl=config.allow_nccl, steps=steps,
-        cheat_sheet=sheet.strip(), examples=list(examples), pkb_helpers=problem.compat == "pkb",
+        cheat_sheet=sheet.strip(), examples=list(examples), pkb_helpers=problem.compat == "pkb", **extra,
     )
 
 
-def task_options(problem: Problem, cheat_sheet_on: bool, examples_on: bool) -> dict[str, Any]:
-    """The switches of a run turned into ``task_prompt`` keyword arguments."""
-    return {"cheat_sheet_on": cheat_sheet_on, "examples": oracle_examples(problem) if examples_on else []}
+def task_options(problem: Problem, cheat_sheet_on: bool, examples_on: bool, device: str = "cuda") -> dict[str, Any]:
+    """The switches of a run turned into ``task_prompt`` keyword arguments. The oracle examples
+    are CUDA programs: a CPU run (torch-level code) is not shown them."""
+    return {"cheat_sheet_on": cheat_sheet_on, "examples": oracle_examples(problem) if examples_on and device != "cpu" else []}
 
 
 def feedback_prompt(report: EvalReport, step: int, budget: Budget, spend: Spend, best: BestSolution | None) -> str:

@@ -151,6 +151,22 @@ def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = N
     return _built_once(cache_dir, key, target, compile_in)
 
 
+def preprocess_cuda(source: str, options: tuple[str, ...] = (), cache_dir: Path | None = None) -> str:
+    """``source`` after nvcc's preprocessor (macros expanded, includes inlined), for checks that
+    must see what the compiler will see; built in a scratch folder, nothing cached."""
+    options = tuple(str(o) for o in options)
+    for option in options:
+        if not option.startswith(NVCC_OPTIONS_ALLOWED):
+            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    cache_dir = cache_dir or compile_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="preprocess-", dir=cache_dir) as tmp:
+        build_dir = Path(tmp)
+        (build_dir / "kernel.cu").write_text(source)
+        _run_compiler([find_nvcc(), "-E", "-std=c++17", *options, "-o", "kernel.ii", "kernel.cu"], build_dir, "nvcc -E")
+        return (build_dir / "kernel.ii").read_text(errors="replace")
+
+
 def build_extension(
     name: str,
     cuda_sources: str = "",

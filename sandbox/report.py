@@ -232,6 +232,8 @@ class EvalReport(ReportModel):
     compiles: CompileStats = Field(default_factory=CompileStats)
     logs: list[LogExcerpt] = Field(default_factory=list)
     stage_wall_s: dict[str, float] = Field(default_factory=dict)
+    harness_breakdown_s: dict[str, float] = Field(default_factory=dict, description="where the harness's time went: "
+                                                  "each group's commands by type (asked to answered) and the parent's own work")
     wall_s: float = 0.0
     profile_cache: Literal["hit", "miss", "off"] = Field("off", description="profiles of this solution and of the reference "
                                                          "taken before on this host (sealed with the host secret)")

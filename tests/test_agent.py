@@ -44,7 +44,7 @@ def run_agent(tmp_path, model, steps=3, **overrides):
     with EvaluationSession(harness) as session:
         agent = Agent(model, get_problem("all_reduce"), config, session.evaluate, trajectory, on_step=records.append)
         status = agent.run()
-    return status, agent, records, json.loads((tmp_path / "trajectory.json").read_text())
+    return status, agent, records, json.loads((tmp_path / "trajectory.traj.json").read_text())
 
 
 def test_scripted_model_fixes_its_solution_from_feedback(tmp_path):
@@ -53,7 +53,7 @@ def test_scripted_model_fixes_its_solution_from_feedback(tmp_path):
     assert status == "LimitsExceeded"
     roles = [m["role"] for m in data["messages"]]
     assert roles == ["system", "user", "assistant", "user", "assistant", "user", "exit"]
-    assert data["trajectory_format"] == "mini-swe-agent-1"
+    assert data["trajectory_format"] == "mini-swe-agent-1.1"
     assert data["info"]["exit_status"] == "LimitsExceeded" and "SUM" in data["info"]["submission"]
     feedback = data["messages"][3]["content"]
     assert "WRONG" in feedback and "expected" in feedback  # the mismatch went back to the model
@@ -92,7 +92,7 @@ def test_the_conversation_keeps_thinking_blocks_and_the_event_log_is_closed(tmp_
     assert [m.role for m in agent.messages] == ["system", "user", "assistant", "user", "assistant", "user", "exit"]
     assert agent.messages[2].thinking_blocks == [thinking] and agent.messages[2].thinking == thinking["thinking"]
     assert server.bodies[1]["messages"][1] == {"role": "assistant", "content": answer}
-    saved = json.loads((tmp_path / "trajectory.json").read_text())["messages"][2]
+    saved = json.loads((tmp_path / "trajectory.traj.json").read_text())["messages"][2]
     assert saved["thinking"] == thinking["thinking"] and saved["thinking_blocks"] == [thinking]
     assert not [f.path for f in psutil.Process().open_files() if f.path.endswith("events.jsonl")]
     assert json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])["event"] == "run_finished"
@@ -114,8 +114,9 @@ def test_exhausted_retries_are_a_failed_step_not_a_crash(tmp_path):
         policy, _ = fast_policy(max_attempts=2)
         model = make_model("openai:gpt-5", api_key="sk-test", base_url=server.url + "/v1", retry=policy)
         status, _, records, data = run_agent(tmp_path, model, steps=2)
-    assert [r["status"] for r in records] == ["provider_error", "correct"]
-    assert data["info"]["model_stats"]["input_tokens"] == 1000 and data["info"]["model_stats"]["api_calls"] == 2
+    assert [r["status"] for r in records] == ["provider_error", "correct", "repeated"]  # a failed call is no step
+    stats = data["info"]["model_stats"]
+    assert stats["input_tokens"] == 2000 and stats["api_calls"] == 2 and stats["failed_calls"] == 1
     assert status == "LimitsExceeded"
 
 
@@ -160,7 +161,7 @@ def test_killed_run_keeps_its_finished_steps(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     (folder,) = out.iterdir()
-    data = json.loads((folder / "trajectory.json").read_text())
+    data = json.loads((folder / "trajectory.traj.json").read_text())
     assert json.loads((folder / "steps/001/report.json").read_text())["status"] == "wrong"
     assert [m.get("extra", {}).get("status") for m in data["messages"] if m["role"] == "user"][1] == "wrong"
     assert data["messages"][2]["role"] == "assistant"
@@ -176,6 +177,7 @@ def test_cli_errors_are_one_line(tmp_path, monkeypatch):
 
 
 def test_prompt_command_prints_the_task_without_a_model():
-    result = subprocess.run([sys.executable, "-m", "agent", "prompt", "all_reduce", "--world", "8"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "agent", "prompt", "all_reduce", "--world", "8", "--device", "cuda"],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "dist.all_reduce(out" in result.stdout and "8 x NVIDIA" in result.stdout and "SymmetricBuffer" in result.stdout

@@ -50,6 +50,8 @@ Size = Annotated[str | None, typer.Option(
 Trials = Annotated[int, typer.Option(min=1, max=100, help="correctness trials with fresh seeds", rich_help_panel=EVALUATION)]
 AllowNccl = Annotated[bool, typer.Option(help="allow the solution to call torch.distributed collectives", rich_help_panel=EVALUATION)]
 Examples = Annotated[bool, typer.Option(help="show oracle solutions of other problems as in-context examples", rich_help_panel=PROMPT)]
+Server = Annotated[str | None, typer.Option(
+    "--server", help="submit to a `kloop serve` at this URL and follow the job there (token: $KLOOP_TOKEN)", show_default=False)]
 CheatSheet = Annotated[bool, typer.Option(help="include the multi-GPU cheat sheet in the task prompt (--no-cheat-sheet: zero-shot)",
                                           rich_help_panel=PROMPT)]
 

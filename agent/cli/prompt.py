@@ -12,7 +12,7 @@ from agent.cli.common import AllowNccl, CheatSheet, Device, DeviceOption, Exampl
 def command(
     problem_name: ProblemName,
     world: World = 2,
-    device: DeviceOption = Device.cuda,
+    device: DeviceOption = Device.cpu,
     size: Size = None,
     steps: Annotated[int, typer.Option(min=1, help="the step budget the prompt states")] = 10,
     allow_nccl: AllowNccl = False,
@@ -20,7 +20,7 @@ def command(
     cheat_sheet: CheatSheet = True,
     pkb_root: PkbRoot = None,
 ) -> None:
-    """Print the first prompt (system + task) a model would get, without calling any model."""
+    """Print the first prompt (system + task) a model would get, without calling any model (the defaults are `kloop run`'s)."""
     from agent.prompting import system_prompt, task_options, task_prompt
     from agent.run_config import harness_config
 
@@ -29,4 +29,4 @@ def command(
     print("=== system ===")
     print(system_prompt())
     print("=== user ===")
-    print(task_prompt(problem, config, steps, **task_options(problem, cheat_sheet, examples)))
+    print(task_prompt(problem, config, steps, **task_options(problem, cheat_sheet, examples, device.value)))

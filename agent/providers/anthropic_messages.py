@@ -11,10 +11,13 @@ from pydantic import Field, model_validator
 
 from agent.providers.base import (FatalProviderError, FinishReason, Message, MissingApiKey, ModelResponse, ToolCall,
                                   ToolSpec, Usage)
-from agent.providers.network import NetworkModel, NetworkOptions, env_or
+from agent.providers.network import NetworkModel, NetworkOptions, StreamWatch, env_or
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_OUTPUT_TOKENS = 16384
+NONSTREAMING_MAX_TOKENS = 21_333
+"""Above this output cap the SDK expects the call may pass 10 minutes and wants it streamed (it
+only lets an explicit timeout through without streaming); such calls stream."""
 EPHEMERAL = {"type": "ephemeral"}
 SDK_ARGUMENTS = {"model", "max_tokens", "messages", "system", "tools", "thinking"}
 
@@ -83,13 +86,31 @@ class AnthropicModel(NetworkModel):
                 body[name] = getattr(opts, name)
         return body
 
-    def _request(self, messages: list[Message], tools: list[ToolSpec] | None, timeout_s: float) -> ModelResponse:
+    def streams(self, body: dict[str, Any]) -> bool:
+        """Stream when asked to, or when the call can be long: thinking on, or a large output cap."""
+        if self.options.stream is not None:
+            return self.options.stream
+        return "thinking" in body or body["max_tokens"] > NONSTREAMING_MAX_TOKENS
+
+    def _request(self, messages: list[Message], tools: list[ToolSpec] | None, timeout_s: float,
+                 watch: StreamWatch) -> ModelResponse:
         body = self.request_body(messages, tools)
+        where = f"{self.provider} ({self.base_url})"
         # sampling fields travel as extra body: some SDK versions no longer take them as arguments
         arguments = {k: v for k, v in body.items() if k in SDK_ARGUMENTS}
         extra = {**{k: v for k, v in body.items() if k not in SDK_ARGUMENTS}, **(self.options.extra_body or {})}
-        reply = self.client.messages.create(**arguments, extra_body=extra or None, timeout=timeout_s)
-        return parse_message(reply, f"{self.provider} ({self.base_url})")
+        if not self.streams(body):
+            reply = self.client.messages.create(**arguments, extra_body=extra or None, timeout=timeout_s)
+            return parse_message(reply, where)
+        with self.client.messages.stream(**arguments, extra_body=extra or None, timeout=timeout_s) as stream:
+            for event in stream:
+                delta = getattr(event, "delta", None) if event.type == "content_block_delta" else None
+                watch.add(text=getattr(delta, "text", "") or "", thinking=getattr(delta, "thinking", "") or "")
+            reply = stream.get_final_message()
+        watch.report()
+        response = parse_message(reply, where)
+        response.streamed = True
+        return response
 
 
 def anthropic_turns(messages: list[Message], cache_first_user: bool, cache_last_user: bool) -> list[dict[str, Any]]:
@@ -105,7 +126,7 @@ def anthropic_turns(messages: list[Message], cache_first_user: bool, cache_last_
             blocks.append({"type": "tool_result", "tool_use_id": message.tool_call_id or "", "content": message.content})
         else:
             if message.role == "assistant":
-                blocks.extend(dict(b) for b in message.thinking_blocks or [])
+                blocks.extend(dict(b) for b in message.thinking_blocks or [] if b.get("type") in ("thinking", "redacted_thinking"))
             if message.content:
                 blocks.append({"type": "text", "text": message.content})
             blocks.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
@@ -127,7 +148,7 @@ def anthropic_turns(messages: list[Message], cache_first_user: bool, cache_last_
 
 def parse_usage(usage: Any) -> Usage:
     if usage is None:
-        return Usage()
+        return Usage(reported=False)
     cache_read = usage.cache_read_input_tokens or 0
     cache_write = usage.cache_creation_input_tokens or 0
     details = getattr(usage, "output_tokens_details", None)

@@ -6,6 +6,7 @@ above ``agent.providers`` sees an SDK object.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,7 +29,8 @@ class Message(BaseModel):
     """One message of a conversation. ``tool_calls`` only on assistant messages, ``tool_call_id``
     only on tool results. ``thinking_blocks`` are opaque provider blocks (Anthropic thinking with
     its signature) that must go back verbatim with the assistant turn they came from; ``thinking``
-    is the readable reasoning, kept for people (never sent back). ``extra`` is what the agent
+    is the readable reasoning, kept for people (never sent back). ``refusal`` is a refusal the
+    provider gave instead of an answer (OpenAI's ``message.refusal``). ``extra`` is what the agent
     records about a message (step, usage, verdict, ...), never sent to a model. An ``exit``
     message ends a finished run's conversation (mini-swe-agent's convention); it is never sent."""
 
@@ -38,6 +40,7 @@ class Message(BaseModel):
     tool_call_id: str | None = None
     thinking_blocks: list[dict[str, Any]] | None = None
     thinking: str | None = None
+    refusal: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -54,18 +57,22 @@ class Usage(BaseModel):
 
     ``input_tokens`` counts every prompt token, cached ones included; ``cached_input_tokens``
     (read from a prompt cache) and ``cache_write_input_tokens`` (Anthropic cache creation) are
-    parts of it. ``reasoning_tokens`` are part of ``output_tokens`` (and billed as output)."""
+    parts of it. ``reasoning_tokens`` are part of ``output_tokens`` (and billed as output).
+    ``reported`` is False when the provider sent no usage at all: the tokens, and so the cost, of
+    that call are unknown (not zero)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
     reasoning_tokens: int = 0
     cache_write_input_tokens: int = 0
+    reported: bool = True
 
 
 class ModelResponse(BaseModel):
-    """What one ``complete`` call returned. ``cost_usd`` is None when the price is unknown.
-    ``latency_s`` is the whole call, retries and waits included."""
+    """What one ``complete`` call returned. ``cost_usd`` is None when the cost is unknown (no
+    price for the model, or no usage in the reply). ``latency_s`` is the whole call, retries and
+    waits included; ``streamed`` whether it came as a stream."""
 
     model_config = ConfigDict(protected_namespaces=())
 
@@ -79,22 +86,33 @@ class ModelResponse(BaseModel):
     attempts: int = 1
     thinking: str | None = None
     thinking_blocks: list[dict[str, Any]] | None = None
+    refusal: str | None = None
+    streamed: bool = False
 
     def to_message(self, **extra: Any) -> Message:
         """The assistant message to append to the conversation for the next turn."""
         return Message(role="assistant", content=self.text, tool_calls=list(self.tool_calls) or None,
-                       thinking_blocks=self.thinking_blocks, thinking=self.thinking, extra=extra)
+                       thinking_blocks=self.thinking_blocks, thinking=self.thinking, refusal=self.refusal, extra=extra)
+
+
+Progress = Callable[[dict[str, Any]], None]
+"""Called while a streamed answer arrives: ``{"thinking_chars", "text_chars", "elapsed_s"}``."""
 
 
 @runtime_checkable
 class Model(Protocol):
     """A chat model. ``spec`` is the string it was made from (``openai:gpt-5``), ``name`` the
-    model id (``gpt-5``)."""
+    model id (``gpt-5``).
+
+    ``complete(messages, tools, deadline=..., progress=...)``: ``deadline`` is a
+    ``time.monotonic()`` instant the call (retries included) must not outlive (DeadlineExceeded
+    when it would); ``progress`` is called as a streamed answer arrives."""
 
     name: str
     spec: str
 
-    def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None) -> ModelResponse: ...
+    def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None, *, deadline: float | None = None,
+                 progress: Progress | None = None) -> ModelResponse: ...
 
 
 class ProviderError(Exception):
@@ -113,6 +131,15 @@ class RateLimited(ProviderError):
 
 class TransientError(ProviderError):
     """5xx, 529 overloaded, connection errors, timeouts: retried with backoff."""
+
+
+class ProviderTimeout(TransientError):
+    """An attempt timed out (no byte for the idle timeout, or the whole call too long): retried,
+    but fewer times than other transient errors (a hanging endpoint tends to keep hanging)."""
+
+
+class DeadlineExceeded(ProviderError):
+    """The caller's deadline (the run's wall-time budget) came before the answer; not retried."""
 
 
 class FatalProviderError(ProviderError):

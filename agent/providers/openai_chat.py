@@ -1,5 +1,9 @@
 """OpenAI's Chat Completions API through the ``openai`` SDK, and every server that speaks it
-(Together, vLLM, SGLang, OpenRouter, DeepSeek, Gemini's OpenAI-compatible endpoint)."""
+(Together, vLLM, SGLang, OpenRouter, DeepSeek, Gemini's OpenAI-compatible endpoint); with
+``api="responses"`` (``-o api=responses``) OpenAI's Responses API instead (see
+``openai_responses``). Calls stream where they can be long (``reasoning_effort`` set, or
+``stream=True``): the answer's progress is reported and a silent endpoint is cut after the idle
+timeout instead of after the whole call's."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from openai.types.chat import ChatCompletion
 
 from agent.providers.base import (FatalProviderError, FinishReason, Message, ModelResponse, ToolCall, ToolSpec,
                                   Usage)
-from agent.providers.network import NetworkModel, NetworkOptions, env_or, resolve_key
+from agent.providers.network import NetworkModel, NetworkOptions, StreamWatch, env_or, resolve_key
 from agent.providers.retry import error_for_status
 
 
@@ -50,6 +54,9 @@ class OpenAIOptions(NetworkOptions):
     max_tokens_param: Literal["max_completion_tokens", "max_tokens"] | None = None
     """Which request field carries ``max_output_tokens``; the endpoint's preset by default."""
     seed: int | None = None
+    api: Literal["chat", "responses"] = "chat"
+    """Which OpenAI API: Chat Completions, or the Responses API (reasoning summaries, refusals as
+    parts, function calls as items)."""
 
 
 class OpenAIChatModel(NetworkModel):
@@ -79,10 +86,25 @@ class OpenAIChatModel(NetworkModel):
                 body[name] = getattr(opts, name)
         return body
 
-    def _request(self, messages: list[Message], tools: list[ToolSpec] | None, timeout_s: float) -> ModelResponse:
+    @property
+    def streams(self) -> bool:
+        opts: OpenAIOptions = self.options  # type: ignore[assignment]
+        return opts.stream if opts.stream is not None else bool(opts.reasoning_effort)
+
+    def _request(self, messages: list[Message], tools: list[ToolSpec] | None, timeout_s: float,
+                 watch: StreamWatch) -> ModelResponse:
+        where = f"{self.provider} ({self.base_url})"
+        if self.options.api == "responses":  # type: ignore[attr-defined]
+            from agent.providers.openai_responses import request_response
+
+            return request_response(self, messages, tools, timeout_s, watch, where)
         body = self.request_body(messages, tools)
+        if self.streams:
+            stream = self.client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True},
+                                                         extra_body=self.options.extra_body, timeout=timeout_s)
+            return read_chat_stream(stream, watch, where)
         completion = self.client.chat.completions.create(**body, extra_body=self.options.extra_body, timeout=timeout_s)
-        return parse_completion(completion, f"{self.provider} ({self.base_url})")
+        return parse_completion(completion, where)
 
 
 def chat_message(message: Message) -> dict[str, Any]:
@@ -110,7 +132,7 @@ def parse_tool_call(call: Any) -> ToolCall:
 
 def parse_usage(usage: Any) -> Usage:
     if usage is None:
-        return Usage()
+        return Usage(reported=False)
     prompt_details = getattr(usage, "prompt_tokens_details", None)
     completion_details = getattr(usage, "completion_tokens_details", None)
     cached = getattr(prompt_details, "cached_tokens", None)
@@ -126,11 +148,7 @@ def parse_completion(completion: Any, where: str) -> ModelResponse:
     if not isinstance(completion, ChatCompletion):
         raise FatalProviderError(f"malformed response from {where}: expected a chat completion, got "
                                  f"{str(completion)[:200]!r}")
-    error = (completion.model_extra or {}).get("error")
-    if error:  # some gateways (OpenRouter) answer 200 with an error body
-        detail = error.get("message", error) if isinstance(error, dict) else error
-        code = error.get("code") if isinstance(error, dict) else None
-        raise error_for_status(code if isinstance(code, int) else 502, str(detail), None, where)
+    _gateway_error(completion.model_extra, where)
     try:
         choice = completion.choices[0]
         message = choice.message
@@ -140,7 +158,59 @@ def parse_completion(completion: Any, where: str) -> ModelResponse:
         return ModelResponse(
             text=message.content or "", tool_calls=[parse_tool_call(c) for c in message.tool_calls or []],
             finish_reason=finish, usage=parse_usage(completion.usage), model=completion.model or "",
-            thinking=thinking if isinstance(thinking, str) else None)
+            thinking=thinking if isinstance(thinking, str) else None, refusal=getattr(message, "refusal", None) or None)
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as err:
         raise FatalProviderError(f"malformed response from {where}: not a chat completion ({type(err).__name__}: "
                                  f"{err}); body starts {completion.model_dump_json(exclude_none=True)[:200]!r}") from err
+
+
+def _gateway_error(extra: dict[str, Any] | None, where: str) -> None:
+    error = (extra or {}).get("error")
+    if error:  # some gateways (OpenRouter) answer 200 with an error body, or end a stream with one
+        detail = error.get("message", error) if isinstance(error, dict) else error
+        code = error.get("code") if isinstance(error, dict) else None
+        raise error_for_status(code if isinstance(code, int) else 502, str(detail), None, where)
+
+
+def read_chat_stream(stream: Any, watch: StreamWatch, where: str) -> ModelResponse:
+    """The ModelResponse of a streamed chat completion (chunks put together)."""
+    text: list[str] = []
+    thinking: list[str] = []
+    refusal: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    finish, usage, model, chunks = None, None, "", 0
+    try:
+        for chunk in stream:
+            chunks += 1
+            _gateway_error(chunk.model_extra, where)
+            model = chunk.model or model
+            usage = chunk.usage or usage
+            for choice in chunk.choices or []:
+                delta = choice.delta
+                extra = delta.model_extra or {}
+                thought = extra.get("reasoning_content") or extra.get("reasoning")
+                thought = thought if isinstance(thought, str) else ""
+                text.append(delta.content or "")
+                thinking.append(thought)
+                refusal.append(getattr(delta, "refusal", None) or "")
+                for call in delta.tool_calls or []:
+                    slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                    slot["id"] = call.id or slot["id"]
+                    if call.function is not None:
+                        slot["name"] += call.function.name or ""
+                        slot["arguments"] += call.function.arguments or ""
+                finish = choice.finish_reason or finish
+                watch.add(text=delta.content or "", thinking=thought)
+    finally:
+        stream.close()
+    watch.report()
+    if not chunks:
+        raise FatalProviderError(f"malformed response from {where}: the stream carried no chunk")
+    tool_calls = []
+    for _, slot in sorted(calls.items()):
+        function = type("Function", (), {"name": slot["name"], "arguments": slot["arguments"]})
+        tool_calls.append(parse_tool_call(type("Call", (), {"id": slot["id"], "function": function})))
+    joined_thinking = "".join(thinking)
+    return ModelResponse(text="".join(text), tool_calls=tool_calls, finish_reason=FINISH_REASONS.get(finish or "stop", "error"),
+                         usage=parse_usage(usage), model=model, thinking=joined_thinking or None,
+                         refusal="".join(refusal) or None, streamed=True)

@@ -1,8 +1,11 @@
-"""``replay:<trajectory.json>``: re-issues the assistant messages of a saved run, in order.
+"""``replay:<run folder or trajectory file>``: re-issues the assistant messages of a saved run,
+in order.
 
-The trajectory is mini-swe-agent's format, ``{"messages": [{"role": ..., "content": ...}, ...],
-"info": {...}}``. Content may be a string or a list of ``{"type": "text", "text": ...}`` parts;
-tool calls may be in OpenAI's wire form or in ours (``{"id", "name", "arguments"}``).
+The trajectory is mini-swe-agent's format, ``{"messages": [...], "info": {...}}`` (kloop's
+``trajectory.traj.json``, an older ``trajectory.json``, or one mini-swe-agent wrote): content a
+string or a list of ``{"type": "text", "text": ...}`` parts, tool calls in OpenAI's wire form or
+in ours. ``recorded_problem`` is the problem the run was for (None when it does not say), so the
+loop can warn when a replay is aimed at another one.
 """
 
 from __future__ import annotations
@@ -11,48 +14,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.providers.base import FatalProviderError, ModelResponse, ToolCall
+from agent.providers.base import FatalProviderError, ModelResponse
 from agent.providers.scripted import CannedModel
 
 
-def message_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
-    return str(content)
+def load_trajectory(path: Path) -> tuple[list[ModelResponse], dict[str, Any]]:
+    """The assistant answers of a trajectory, and its ``info``."""
+    from agent.trajectory import message_from_record
 
-
-def replayed_call(call: dict[str, Any], index: int) -> ToolCall:
-    function = call.get("function")
-    if isinstance(function, dict):  # OpenAI wire form: arguments as a JSON string
-        raw = function.get("arguments") or "{}"
-        try:
-            arguments = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError:
-            arguments = None
-        name = function.get("name", "")
-    else:
-        raw, arguments, name = None, call.get("arguments", {}), call.get("name", "")
-    if not isinstance(arguments, dict):
-        return ToolCall(id=call.get("id") or f"call_{index}", name=name, arguments={}, raw_arguments=str(raw))
-    return ToolCall(id=call.get("id") or f"call_{index}", name=name, arguments=arguments)
-
-
-def load_trajectory(path: Path) -> list[ModelResponse]:
     try:
         data = json.loads(path.read_text())
-        messages = data["messages"]
-        assistant = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+        records = data if isinstance(data, list) else data["messages"]
+        info = data.get("info", {}) if isinstance(data, dict) else {}
         responses = []
-        for index, message in enumerate(assistant):
-            calls = [replayed_call(c, j) for j, c in enumerate(message.get("tool_calls") or [])]
+        for record in records:
+            if not (isinstance(record, dict) and record.get("role") == "assistant"):
+                continue
+            message = message_from_record(record)
             responses.append(ModelResponse(
-                text=message_text(message.get("content")), tool_calls=calls,
-                finish_reason="tool_calls" if calls else "stop", cost_usd=0.0, model=f"replay:{path.name}",
-                thinking_blocks=message.get("thinking_blocks") or None))
+                text=message.content, tool_calls=message.tool_calls or [], finish_reason="tool_calls" if message.tool_calls else "stop",
+                cost_usd=0.0, model=f"replay:{path.name}", thinking=message.thinking, thinking_blocks=message.thinking_blocks,
+                refusal=record.get("refusal")))
     except FileNotFoundError:
         raise FatalProviderError(f"no trajectory at {path}") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -60,12 +42,22 @@ def load_trajectory(path: Path) -> list[ModelResponse]:
                                  f"\"info\": {{...}}}}): {type(error).__name__}: {error}") from None
     if not responses:
         raise FatalProviderError(f"{path} holds no assistant message to replay")
-    return responses
+    return responses, info if isinstance(info, dict) else {}
 
 
 class ReplayModel(CannedModel):
     provider = "replay"
 
     def __init__(self, spec: str, path: str):
-        trajectory = Path(path).expanduser()
-        super().__init__(spec, path, load_trajectory(trajectory), str(trajectory))
+        from agent.trajectory import find_trajectory
+
+        trajectory = find_trajectory(Path(path).expanduser())
+        responses, info = load_trajectory(trajectory)
+        super().__init__(spec, path, responses, str(trajectory))
+        config = info.get("config") if isinstance(info.get("config"), dict) else {}
+        self.recorded_problem: str | None = config.get("problem")
+
+    def exhausted_message(self) -> str:
+        count = len(self.responses)
+        return (f"the replay is over: {self.source} holds {count} answer{'s' if count != 1 else ''} and all were replayed "
+                f"(run with --steps {count} to replay it exactly)")

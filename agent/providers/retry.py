@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import structlog
 import tenacity
 
-from agent.providers.base import FatalProviderError, ProviderError, RateLimited, RetriesExhausted, TransientError
+from agent.providers.base import (DeadlineExceeded, FatalProviderError, ProviderError, ProviderTimeout, RateLimited,
+                                  RetriesExhausted, TransientError)
 
 log = structlog.get_logger(__name__)
 
@@ -95,7 +96,7 @@ def classify_sdk_error(error: BaseException, sdk: ModuleType, where: str, timeou
         return error
     if isinstance(error, sdk.APITimeoutError) or isinstance(error, TimeoutError):
         after = f" after {timeout_s:g}s" if timeout_s else ""
-        return TransientError(f"request to {where} timed out{after}")
+        return ProviderTimeout(f"request to {where} timed out{after}")
     if isinstance(error, sdk.APIConnectionError) or isinstance(error, ConnectionError):
         cause = error.__cause__ or error.__context__
         return TransientError(f"could not reach {where}: {cause or error}")
@@ -125,7 +126,10 @@ class RetryPolicy:
 
     max_attempts: int = 6
     deadline_s: float = 1800.0
-    attempt_timeout_s: float = 600.0
+    attempt_timeout_s: float = 300.0
+    """A non-streamed attempt's whole time; a streamed one's longest silence (no byte)."""
+    max_timeout_attempts: int = 2
+    """Attempts that may time out before the call gives up (a hanging endpoint keeps hanging)."""
     backoff_initial_s: float = 2.0
     backoff_max_s: float = 60.0
     max_retry_after_s: float = 300.0
@@ -150,26 +154,48 @@ class RetryPolicy:
             return min(retry_after, self.max_retry_after_s)
         return self.backoff_s(attempt_number)
 
-    def call(self, attempt: Callable[[float], T], label: str = "") -> tuple[T, int]:
+    def call(self, attempt: Callable[[float], T], label: str = "", deadline: float | None = None) -> tuple[T, int]:
         """Run ``attempt(timeout_s)`` until it returns; returns (result, attempts it took).
         ``attempt`` must raise ProviderErrors; RateLimited and TransientError are retried, any
-        other exception propagates at once. Raises RetriesExhausted when the budget is spent."""
+        other exception propagates at once. Raises RetriesExhausted when the budget is spent, and
+        DeadlineExceeded when ``deadline`` (a ``time.monotonic()`` instant: the run's wall-time
+        budget) comes first: no attempt and no wait runs past it."""
         start = self.clock()
+        end = start + self.deadline_s
+        run_end = None if deadline is None else start + (deadline - time.monotonic())
         attempts = 0
+        timeouts = 0
+        run_deadline_stopped = False
+
+        def out_of_time(error: BaseException | None = None) -> DeadlineExceeded:
+            why = f": {error}" if error else ""
+            return DeadlineExceeded(f"the run's wall-time budget ran out during the model call{why}")
 
         def one_try() -> T:
-            nonlocal attempts
+            nonlocal attempts, timeouts
+            now = self.clock()
+            if run_end is not None and now >= run_end:
+                raise out_of_time()
             attempts += 1
-            remaining = self.deadline_s - (self.clock() - start)
-            return attempt(max(min(self.attempt_timeout_s, remaining), 0.001))
+            limit = min(end, run_end) if run_end is not None else end
+            try:
+                return attempt(max(min(self.attempt_timeout_s, limit - now), 0.001))
+            except ProviderTimeout as error:
+                timeouts += 1
+                if run_end is not None and self.clock() >= run_end - 0.05:
+                    raise out_of_time(error) from error
+                raise
 
         def wait(state: tenacity.RetryCallState) -> float:
             return self.wait_s(state.outcome.exception() if state.outcome else None, state.attempt_number)
 
         def stop(state: tenacity.RetryCallState) -> bool:
-            if state.attempt_number >= self.max_attempts:
+            if state.attempt_number >= self.max_attempts or timeouts >= self.max_timeout_attempts:
                 return True
-            return (self.clock() - start) + (state.upcoming_sleep or 0.0) >= self.deadline_s
+            nonlocal run_deadline_stopped
+            after_wait = self.clock() + (state.upcoming_sleep or 0.0)
+            run_deadline_stopped = run_end is not None and after_wait >= run_end and after_wait < end
+            return after_wait >= end or run_deadline_stopped
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
@@ -185,8 +211,12 @@ class RetryPolicy:
         except tenacity.RetryError as exhausted:
             last = exhausted.last_attempt.exception()
             assert isinstance(last, ProviderError)
+            if run_deadline_stopped:
+                raise out_of_time(last) from last
             reason = ""
-            if attempts < self.max_attempts:
+            if timeouts >= self.max_timeout_attempts and attempts < self.max_attempts:
+                reason = f"after {attempts} attempt{'s' if attempts != 1 else ''}, {timeouts} of them timed out"
+            elif attempts < self.max_attempts:
                 reason = (f"after {attempts} attempt{'s' if attempts != 1 else ''}: the next try would pass the "
                           f"{self.deadline_s:g}s deadline")
             log.error("model call gave up", label=label, attempts=attempts, error=str(last))

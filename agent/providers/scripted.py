@@ -66,12 +66,16 @@ class CannedModel:
     def remaining(self) -> int:
         return len(self.responses) - self._next
 
-    def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None) -> ModelResponse:
+    def exhausted_message(self) -> str:
+        return (f"{self.spec} has no response left: all {len(self.responses)} in {self.source} were used; add responses "
+                f"there or lower the step budget")
+
+    def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None, *, deadline: float | None = None,
+                 progress: Any = None) -> ModelResponse:
         started = time.monotonic()
         with self._lock:
             if self._next >= len(self.responses):
-                raise ScriptExhausted(f"{self.spec} has no response left: all {len(self.responses)} in {self.source} "
-                                      f"were used; add responses there or lower the step budget")
+                raise ScriptExhausted(self.exhausted_message())
             response = self.responses[self._next].model_copy(deep=True)
             self._next += 1
             self.received.append([m if isinstance(m, Message) else Message.model_validate(m) for m in messages])

@@ -58,8 +58,8 @@ def _raise_failure(group: RankGroup, answers: list) -> None:
     for answer in answers:
         if isinstance(answer, RankFailure):
             close_answers(answers)
-            raise Verdict("crashed", reference_failure_message(answer),
-                          logs=[LogExcerpt.of(f"reference rank {answer.rank}", answer.text or group.rank_log(answer.rank))])
+            text = answer.text or group.rank_log(answer.rank)
+            raise Verdict("crashed", reference_failure_message(answer, text), logs=[LogExcerpt.of(f"reference rank {answer.rank}", text)])
 
 
 def _close(fd: int) -> None:
