@@ -102,6 +102,15 @@ def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
+def allowed_options(options: Sequence[str]) -> tuple[str, ...]:
+    """``options`` as strings; CompileError when one does not start with an allowed prefix."""
+    options = tuple(str(o) for o in options)
+    for option in options:
+        if not option.startswith(NVCC_OPTIONS_ALLOWED):
+            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    return options
+
+
 def _built_once(cache_dir: Path, key: str, target: Path, build: Callable[[Path], None]) -> Path:
     """``target``, made by ``build(build_dir)`` in a fresh folder under a file lock for ``key``
     unless it is there already (another process may have built it while this one waited)."""
@@ -132,10 +141,7 @@ def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = N
                 confine: Confine | None = None) -> Path:
     """Compile ``source`` with nvcc to a cubin for ``arch``; returns the cached file."""
     arch = normalize_arch(arch or default_arch())
-    options = tuple(str(o) for o in options)
-    for option in options:
-        if not option.startswith(NVCC_OPTIONS_ALLOWED):
-            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    options = allowed_options(options)
     cache_dir = cache_dir or compile_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = _key("cubin", source, options, arch, nvcc_version())
@@ -151,19 +157,16 @@ def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = N
     return _built_once(cache_dir, key, target, compile_in)
 
 
-def preprocess_cuda(source: str, options: tuple[str, ...] = (), cache_dir: Path | None = None) -> str:
+def preprocess_cuda(source: str, options: tuple[str, ...] = (), cache_dir: Path | None = None, confine: Confine | None = None) -> str:
     """``source`` after nvcc's preprocessor (macros expanded, includes inlined), for checks that
     must see what the compiler will see; built in a scratch folder, nothing cached."""
-    options = tuple(str(o) for o in options)
-    for option in options:
-        if not option.startswith(NVCC_OPTIONS_ALLOWED):
-            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    options = allowed_options(options)
     cache_dir = cache_dir or compile_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="preprocess-", dir=cache_dir) as tmp:
         build_dir = Path(tmp)
         (build_dir / "kernel.cu").write_text(source)
-        _run_compiler([find_nvcc(), "-E", "-std=c++17", *options, "-o", "kernel.ii", "kernel.cu"], build_dir, "nvcc -E")
+        _run_compiler([find_nvcc(), "-E", "-std=c++17", *options, "-o", "kernel.ii", "kernel.cu"], build_dir, "nvcc -E", confine)
         return (build_dir / "kernel.ii").read_text(errors="replace")
 
 

@@ -128,7 +128,7 @@ class CompileServer:
         if "#" not in payload["source"].replace("#include", ""):
             return  # no macros, no pasting: the raw text was enough
         try:
-            text = build.preprocess_cuda(payload["source"], payload["options"], self.cache_dir)
+            text = build.preprocess_cuda(payload["source"], payload["options"], self.cache_dir, confine=confined_command)
         except build.CompileError:
             return  # the build proper reports the error
         match = MULTICAST.search(text)
