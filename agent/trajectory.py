@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from agent import __version__
-from agent.providers import Message, ToolCall
+from agent.providers.base import Message, ToolCall
 
 FORMAT = "mini-swe-agent-1.1"
 TRAJECTORY_NAME = "trajectory.traj.json"

@@ -2,9 +2,13 @@
 
 A build is keyed by everything that changes its output (source, options, target, compiler
 version); the result lands atomically in the cache under that key, and a file lock per key
-means concurrent ranks never compile the same source twice. Compilers run under Landlock
-(read system folders, write only the build folder), so a hostile ``#include`` cannot pull a
-user's files into the compiler log. Compiler output is kept whole for feedback.
+means concurrent ranks never compile the same source twice. Compiler output is kept whole for
+feedback.
+
+Compilers run as the caller's ``confine`` says. The judge, which compiles hostile sources, passes
+one that runs them under Landlock (read system folders, write only the build folder), so a
+hostile ``#include`` cannot pull a user's files into the compiler log; without one (a solution
+run by hand, outside the harness) the compiler runs as it is. The runtime never imports the judge.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ import sys
 import tempfile
 from functools import cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from filelock import FileLock
 
 from kloop_runtime.settings import compile_cache_dir
 
 COMPILE_TIMEOUT_S = 600
+# confine(cmd, build_dir, extra_read) -> the command line that runs compiler ``cmd`` writing only
+# under ``build_dir`` and reading system folders and ``extra_read``.
+Confine = Callable[[list[str], Path, Sequence[str]], list[str]]
 NVCC_OPTIONS_ALLOWED = (
     "-D", "-U", "-O", "-std=", "--std=", "-use_fast_math", "--use_fast_math", "-lineinfo", "-maxrregcount",
     "--maxrregcount", "-Xptxas", "--ptxas-options", "--expt-relaxed-constexpr", "--expt-extended-lambda",
@@ -95,16 +102,35 @@ def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def _confined(cmd: list[str], build_dir: Path, extra_read: list[str] = ()) -> list[str]:
-    writes = ["--write", str(build_dir)]
-    reads = [arg for path in extra_read for arg in ("--read", path)]
-    return [sys.executable, "-m", "sandbox.harness.confined_exec", *writes, *reads, "--", *cmd]
+def allowed_options(options: Sequence[str]) -> tuple[str, ...]:
+    """``options`` as strings; CompileError when one does not start with an allowed prefix."""
+    options = tuple(str(o) for o in options)
+    for option in options:
+        if not option.startswith(NVCC_OPTIONS_ALLOWED):
+            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    return options
 
 
-def _run_compiler(cmd: list[str], build_dir: Path, what: str, extra_read: list[str] = ()) -> str:
+def _built_once(cache_dir: Path, key: str, target: Path, build: Callable[[Path], None],
+                on_built: Callable[[Path], None] | None = None) -> Path:
+    """``target``, made by ``build(build_dir)`` in a fresh folder under a file lock for ``key``
+    unless it is there already (another process may have built it while this one waited).
+    ``on_built(target)`` runs under the lock when this call built it, never on a cache hit."""
+    if target.exists():
+        return target
+    with FileLock(str(cache_dir / f"{key}.lock")):
+        if not target.exists():
+            with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
+                build(Path(tmp))
+            if on_built is not None:
+                on_built(target)
+    return target
+
+
+def _run_compiler(cmd: list[str], build_dir: Path, what: str, confine: Confine | None, extra_read: Sequence[str] = ()) -> str:
     try:
         proc = subprocess.run(
-            _confined(cmd, build_dir, extra_read), cwd=build_dir, capture_output=True, text=True,
+            confine(cmd, build_dir, extra_read) if confine else cmd, cwd=build_dir, capture_output=True, text=True,
             timeout=COMPILE_TIMEOUT_S, env={**os.environ, "TMPDIR": str(build_dir)},
         )
     except subprocess.TimeoutExpired as expired:
@@ -116,48 +142,36 @@ def _run_compiler(cmd: list[str], build_dir: Path, what: str, extra_read: list[s
 
 
 def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = None, cache_dir: Path | None = None,
-                on_built: Callable[[Path], None] | None = None) -> Path:
-    """Compile ``source`` with nvcc to a cubin for ``arch``; returns the cached file. ``on_built``
-    is called with it, under the build's lock, when this call built it (not on a cache hit)."""
+                confine: Confine | None = None, on_built: Callable[[Path], None] | None = None) -> Path:
+    """Compile ``source`` with nvcc to a cubin for ``arch``; returns the cached file (``on_built``:
+    see :func:`_built_once`)."""
     arch = normalize_arch(arch or default_arch())
-    options = tuple(str(o) for o in options)
-    for option in options:
-        if not option.startswith(NVCC_OPTIONS_ALLOWED):
-            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    options = allowed_options(options)
     cache_dir = cache_dir or compile_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = _key("cubin", source, options, arch, nvcc_version())
     target = cache_dir / f"{key}.cubin"
-    if target.exists():
-        return target
-    with FileLock(str(cache_dir / f"{key}.lock")):
-        if target.exists():
-            return target
-        with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
-            build_dir = Path(tmp)
-            (build_dir / "kernel.cu").write_text(source)
-            cmd = [find_nvcc(), "-cubin", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-std=c++17",
-                   "-lineinfo", *options, "-o", "kernel.cubin", "kernel.cu"]
-            _run_compiler(cmd, build_dir, "nvcc")
-            os.replace(build_dir / "kernel.cubin", target)
-            if on_built is not None:
-                on_built(target)
-    return target
+
+    def compile_in(build_dir: Path) -> None:
+        (build_dir / "kernel.cu").write_text(source)
+        cmd = [find_nvcc(), "-cubin", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-std=c++17",
+               "-lineinfo", *options, "-o", "kernel.cubin", "kernel.cu"]
+        _run_compiler(cmd, build_dir, "nvcc", confine)
+        os.replace(build_dir / "kernel.cubin", target)
+
+    return _built_once(cache_dir, key, target, compile_in, on_built)
 
 
-def preprocess_cuda(source: str, options: tuple[str, ...] = (), cache_dir: Path | None = None) -> str:
+def preprocess_cuda(source: str, options: tuple[str, ...] = (), cache_dir: Path | None = None, confine: Confine | None = None) -> str:
     """``source`` after nvcc's preprocessor (macros expanded, includes inlined), for checks that
     must see what the compiler will see; built in a scratch folder, nothing cached."""
-    options = tuple(str(o) for o in options)
-    for option in options:
-        if not option.startswith(NVCC_OPTIONS_ALLOWED):
-            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    options = allowed_options(options)
     cache_dir = cache_dir or compile_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="preprocess-", dir=cache_dir) as tmp:
         build_dir = Path(tmp)
         (build_dir / "kernel.cu").write_text(source)
-        _run_compiler([find_nvcc(), "-E", "-std=c++17", *options, "-o", "kernel.ii", "kernel.cu"], build_dir, "nvcc -E")
+        _run_compiler([find_nvcc(), "-E", "-std=c++17", *options, "-o", "kernel.ii", "kernel.cu"], build_dir, "nvcc -E", confine)
         return (build_dir / "kernel.ii").read_text(errors="replace")
 
 
@@ -172,10 +186,10 @@ def build_extension(
     extra_include_paths: tuple[str, ...] = (),
     arch: str | None = None,
     cache_dir: Path | None = None,
+    confine: Confine | None = None,
     on_built: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Build a torch C++/CUDA extension (``load_inline`` semantics); returns the cached .so
-    (``on_built`` as for :func:`build_cubin`)."""
+    """Build a torch C++/CUDA extension (``load_inline`` semantics); returns the cached .so."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise CompileError(f"extension name {name!r} must be a Python identifier")
     arch = normalize_arch(arch or default_arch())
@@ -189,19 +203,13 @@ def build_extension(
     key = _key("extension", name, spec, arch, torch.__version__, nvcc_version() if cuda_sources else "")
     module_name = f"{name}_{key[:12]}"
     target = cache_dir / f"ext-{key}" / f"{module_name}.so"
-    if target.exists():
-        return target
-    with FileLock(str(cache_dir / f"{key}.lock")):
-        if target.exists():
-            return target
-        with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
-            build_dir = Path(tmp)
-            (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
-            builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
-            cmd = [sys.executable, str(builder), str(build_dir / "spec.json")]
-            _run_compiler(cmd, build_dir, "extension build", extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
-            target.parent.mkdir(exist_ok=True)
-            os.replace(build_dir / f"{module_name}.so", target)
-            if on_built is not None:
-                on_built(target)
-    return target
+
+    def compile_in(build_dir: Path) -> None:
+        (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
+        builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
+        cmd = [sys.executable, str(builder), str(build_dir / "spec.json")]
+        _run_compiler(cmd, build_dir, "extension build", confine, extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
+        target.parent.mkdir(exist_ok=True)
+        os.replace(build_dir / f"{module_name}.so", target)
+
+    return _built_once(cache_dir, key, target, compile_in, on_built)

@@ -1,5 +1,9 @@
 """Every prompt string, as Jinja2 templates (StrictUndefined: a missing variable is an error,
-never an empty string in front of a model)."""
+never an empty string in front of a model).
+
+Lists the code enforces are not written out again here: every template sees them as globals
+taken from the code itself (:func:`enforced_lists`), so a rule changed in code changes the prompt.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,18 @@ def _scaled(value: float, unit: str, prefixes: str = " KMGTP") -> str:
     raise AssertionError("unreachable")
 
 
+def enforced_lists() -> dict[str, object]:
+    """What the judge enforces, for the templates: ``nvcc_options`` (the allowed option prefixes),
+    ``forbidden_imports`` (why -> the modules refused for it) and ``forbidden_builtins``."""
+    from kloop_runtime.build import NVCC_OPTIONS_ALLOWED
+    from sandbox.harness.static_checks import FORBIDDEN_BUILTINS, FORBIDDEN_MODULES
+
+    by_reason: dict[str, list[str]] = {}
+    for module, why in FORBIDDEN_MODULES.items():
+        by_reason.setdefault(why, []).append(module)
+    return {"nvcc_options": NVCC_OPTIONS_ALLOWED, "forbidden_imports": by_reason, "forbidden_builtins": sorted(FORBIDDEN_BUILTINS)}
+
+
 @cache
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
@@ -28,6 +44,8 @@ def _environment() -> jinja2.Environment:
     )
     environment.filters["bytes"] = lambda value: _scaled(float(value), "B")
     environment.filters["flop"] = lambda value: _scaled(float(value), "FLOP")
+    environment.filters["code"] = lambda values: ", ".join(f"`{value}`" for value in values)
+    environment.globals.update(enforced_lists())
     return environment
 
 

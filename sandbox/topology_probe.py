@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 
 KERNELS = r"""
 // Grid-stride copy of n 16-byte vectors, four loads in flight per thread before the stores.
-extern "C" __global__ void copy_v16(const int4* __restrict__ src, int4* __restrict__ dst, unsigned long long n) {
+__device__ __forceinline__ void copy_range_v16(const int4* __restrict__ src, int4* __restrict__ dst, unsigned long long n) {
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i + 3 * stride < n; i += 4 * stride) {
@@ -39,16 +39,13 @@ extern "C" __global__ void copy_v16(const int4* __restrict__ src, int4* __restri
     for (; i < n; i += stride) dst[i] = src[i];
 }
 
+extern "C" __global__ void copy_v16(const int4* __restrict__ src, int4* __restrict__ dst, unsigned long long n) {
+    copy_range_v16(src, dst, n);
+}
+
 // blockIdx.y picks one destination (a peer's buffer); every destination gets all n vectors.
 extern "C" __global__ void scatter_v16(const int4* __restrict__ src, const unsigned long long* __restrict__ dsts, unsigned long long n) {
-    int4* dst = (int4*)dsts[blockIdx.y];
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        int4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
-        dst[i] = a; dst[i + stride] = b; dst[i + 2 * stride] = c; dst[i + 3 * stride] = d;
-    }
-    for (; i < n; i += stride) dst[i] = src[i];
+    copy_range_v16(src, (int4*)dsts[blockIdx.y], n);
 }
 """
 THREADS = 512
@@ -71,6 +68,7 @@ class Probe:
     def __init__(self, torch, transfer_mib: int):
         from kloop_runtime import driver
         from kloop_runtime.build import build_cubin
+        from sandbox.harness.confined_exec import confined_command
 
         self.torch, self.driver = torch, driver
         self.count = torch.cuda.device_count()
@@ -78,7 +76,7 @@ class Probe:
             raise ProbeError("torch sees no CUDA device (a CPU-only torch build, or no GPU visible)")
         self.nbytes = transfer_mib * 2**20
         self.props = [torch.cuda.get_device_properties(d) for d in range(self.count)]
-        cubin = build_cubin(KERNELS)
+        cubin = build_cubin(KERNELS, confine=confined_command)
         self.contexts, self.kernels = [], []
         for device in range(self.count):
             self.contexts.append(self._current(device))

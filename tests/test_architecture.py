@@ -1,8 +1,10 @@
 """The dependency direction of the packages (agent -> sandbox -> problems; kloop_runtime a leaf),
-and the runtime's public name ``sandbox.runtime`` with and without the judge's package around."""
+no import cycle between modules, and the runtime's public name ``sandbox.runtime`` with and
+without the judge's package around."""
 
 import ast
 import json
+import re
 import shutil
 import site
 import subprocess
@@ -40,6 +42,32 @@ def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
     return found
 
 
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _without_type_checking(tree: ast.Module) -> ast.Module:
+    """``tree`` less its ``if TYPE_CHECKING:`` blocks (imports for annotations, never run)."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                setattr(node, field, [child for child in block if not _type_checking_only(child)])
+    return tree
+
+
+def module_names(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every string constant that is not a docstring and reads as a dotted
+    module name of ours (``"sandbox.harness.confined_exec"`` for ``python -m``, ``import_module``)."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and re.fullmatch(r"[a-z_]+(\.[a-z_]+)+", node.value) and node.value.split(".")[0] in OURS]
+
+
 def imports_of(root: Path, package: str):
     """(path, line, module) of every import in the files of ``root/package``."""
     for path in sorted((root / package).rglob("*.py")):
@@ -48,6 +76,8 @@ def imports_of(root: Path, package: str):
 
 
 def violations(root: Path, package: str) -> list[str]:
+    """Imports of what ``package`` must not import, and strings that name such a module (a
+    ``python -m`` command line reaches a module as surely as an import does)."""
     bad = []
     for path, line, name in imports_of(root, package):
         if name.split(".")[0] not in FORBIDDEN[package]:
@@ -55,7 +85,46 @@ def violations(root: Path, package: str) -> list[str]:
         if path.name == "oracle.py" and (name == CANDIDATE_API or name.startswith(CANDIDATE_API + ".")):
             continue
         bad.append(f"{path}:{line} imports {name}")
+    for path in sorted((root / package).rglob("*.py")):
+        bad += [f"{path.relative_to(root)}:{line} names {name}" for line, name in module_names(path.read_text())
+                if name.split(".")[0] in FORBIDDEN[package] and name != CANDIDATE_API]
     return bad
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (lazy imports too, ``TYPE_CHECKING`` ones not)."""
+    files = {}
+    for package in OURS:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def module_of(name: str) -> str:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        source = ast.unparse(_without_type_checking(ast.parse(path.read_text())))
+        graph[name] = {module_of(imported) for _, imported in imported_modules(source, package)} - {"", name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a loop."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                todo += graph.get(node, ())
+        reach[start] = seen
+    groups = {tuple(sorted({a} | {b for b in reach[a] if a in reach.get(b, ())})) for a in graph if a in reach[a]}
+    return sorted(list(group) for group in groups)
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -72,6 +141,28 @@ def test_the_check_finds_lazy_and_relative_imports(tmp_path):
         "problems/collective/x/oracle.py:2 imports sandbox.topology",
         "problems/collective/x/problem.py:4 imports agent.cli", "problems/collective/x/problem.py:5 imports sandbox.harness"]
     assert imported_modules((folder / "problem.py").read_text(), "problems.collective.x")[0] == (1, "problems.registry.get_problem")
+
+
+def test_strings_naming_a_module_above_are_found(tmp_path):
+    folder = tmp_path / "kloop_runtime"
+    folder.mkdir()
+    (folder / "build.py").write_text('"""Run by sandbox.harness.x (a docstring may say so)."""\nCMD = ["python", "-m", "sandbox.harness.confined_exec"]\n')
+    assert violations(tmp_path, "kloop_runtime") == ["kloop_runtime/build.py:2 names sandbox.harness.confined_exec"]
+
+
+def test_no_modules_import_each_other():
+    assert cycles(import_graph(ROOT)) == []
+
+
+def test_the_cycle_check_sees_lazy_imports_and_skips_annotations(tmp_path):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    (folder / "registry.py").write_text("def f():\n    from problems.pkb import g\n")
+    (folder / "pkb.py").write_text("from problems.registry import f\n")
+    (folder / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from problems.b import x\n")
+    (folder / "b.py").write_text("from problems.a import y\n")
+    assert cycles(import_graph(tmp_path)) == [["problems.pkb", "problems.registry"]]
 
 
 def test_runtime_imports_only_stdlib_torch_and_filelock():

@@ -127,3 +127,20 @@ def test_examples_are_other_problems_oracles_chosen_by_pattern():
         assert problem.name not in titles  # never the answer itself
     assert oracle_examples(get_problem("reduce_scatter"))[0]["title"].startswith("all_reduce")
     assert oracle_examples(get_problem("gemm_all_reduce"))[0]["title"].startswith("gemm_reduce_scatter")
+
+
+def test_the_rules_in_the_prompt_are_the_rules_the_judge_enforces():
+    """The lists the judge enforces reach the prompt from the code; the examples of collectives
+    the rules name by hand are ones the static checks refuse."""
+    import re
+
+    from kloop_runtime.build import NVCC_OPTIONS_ALLOWED
+    from sandbox.harness.static_checks import COLLECTIVES, FORBIDDEN_BUILTINS, FORBIDDEN_MODULES
+
+    text = first_prompt(cheat_sheet_on=False, examples=[])
+    for named in (*NVCC_OPTIONS_ALLOWED, *FORBIDDEN_MODULES, *FORBIDDEN_BUILTINS):
+        assert f"`{named}`" in text, named
+    assert all(why in text for why in FORBIDDEN_MODULES.values())
+    examples = re.search(r"point-to-point ops \(([^)]*)\)", text).group(1)
+    for op in re.findall(r"[a-z_]+", examples.replace("send/recv", "send recv")):
+        assert op in COLLECTIVES, op

@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from kloop_runtime import build
+from sandbox.harness.confined_exec import confined_command
 from sandbox.harness.static_checks import MULTICAST, MULTICAST_OFF
 
 log = structlog.get_logger(__name__)
@@ -104,10 +105,10 @@ class CompileServer:
             if kind == "cubin":
                 self._refuse_preprocessed(payload)
             builder = build.build_cubin if kind == "cubin" else build.build_extension
-            artifact = builder(**payload, cache_dir=self.cache_dir, on_built=self._seal)
+            artifact = builder(**payload, cache_dir=self.cache_dir, confine=confined_command, on_built=self._seal)
             if not self._seal_holds(artifact):  # a cache hit not built here, or changed since: build it again
                 artifact.unlink(missing_ok=True)
-                artifact = builder(**payload, cache_dir=self.cache_dir, on_built=self._seal)
+                artifact = builder(**payload, cache_dir=self.cache_dir, confine=confined_command, on_built=self._seal)
             return BuildResult(ok=True, path=str(self._deliver(artifact)))
         except CompileRefused as refusal:
             self.failed += 1
@@ -126,7 +127,7 @@ class CompileServer:
         if "#" not in payload["source"].replace("#include", ""):
             return  # no macros, no pasting: the raw text was enough
         try:
-            text = build.preprocess_cuda(payload["source"], payload["options"], self.cache_dir)
+            text = build.preprocess_cuda(payload["source"], payload["options"], self.cache_dir, confine=confined_command)
         except build.CompileError:
             return  # the build proper reports the error
         match = MULTICAST.search(text)

@@ -1,13 +1,22 @@
 """Run a command under Landlock: read system folders, write only the given folders.
 
 ``python -m sandbox.harness.confined_exec --write DIR [--read DIR] -- cmd ...``. Used for
-compilers, which read hostile source (an ``#include "/home/me/.netrc"`` must fail)."""
+compilers, which read hostile source (an ``#include "/home/me/.netrc"`` must fail): the judge
+hands :func:`confined_command` to :mod:`kloop_runtime.build` as its ``confine``."""
 
 import argparse
 import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from sandbox.harness.confine import apply_landlock, system_read_paths
+
+
+def confined_command(cmd: list[str], build_dir: Path, extra_read: Sequence[str] = ()) -> list[str]:
+    """``cmd`` run under this module: writing only under ``build_dir``, reading system folders and ``extra_read``."""
+    reads = [arg for path in extra_read for arg in ("--read", path)]
+    return [sys.executable, "-m", "sandbox.harness.confined_exec", "--write", str(build_dir), *reads, "--", *cmd]
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ COLLECTIVES = frozenset({
 })
 COLLECTIVE_MODULES = ("torch.distributed._functional_collectives", "torch.distributed.nn", "torch.cuda.nccl")
 FORBIDDEN_MODULES = {
-    "subprocess": "starting processes", "socket": "network access", "ctypes": "raw memory and library access (use sandbox.runtime)",
+    "subprocess": "starting processes", "socket": "network access", "ctypes": "raw memory and library access: use sandbox.runtime",
     "multiprocessing": "starting processes", "importlib": "dynamic imports", "inspect": "frame introspection",
     "gc": "object-graph introspection", "sandbox.harness": "touching the harness", "pty": "starting processes",
     "urllib": "network access", "http": "network access", "requests": "network access", "httpx": "network access",
