@@ -188,6 +188,7 @@ class Agent:
         self.provider_failures = 0
         response.text, response.refusal = clean_text(response.text), response.refusal and clean_text(response.refusal)
         response.thinking = response.thinking and clean_text(response.thinking)
+        self.spend.steps += 1  # only an answered call is a step
         self.spend.add(response)
         step = self.spend.steps
         self.messages.append(response.to_message(

@@ -416,3 +416,15 @@ def test_the_mini_swe_agent_inspector_shows_every_step_the_exit_and_the_thinking
     assert "wrong at step 1" in shown[1]
     assert "Fixed" in shown[2] and "no: sum, then cast" in shown[2]
     assert "EXIT" in shown[2] and "LimitsExceeded" in shown[2]
+
+
+def test_atomic_writes_survive_lone_surrogates_and_follow_the_umask(tmp_path):
+    from agent.trajectory import atomic_write
+
+    old = os.umask(0o027)
+    try:
+        atomic_write(tmp_path / "response.md", "a \ud83d b")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "response.md").read_text() == "a \\ud83d b"
+    assert stat.S_IMODE((tmp_path / "response.md").stat().st_mode) == 0o640
