@@ -40,7 +40,7 @@ from agent.prompting import feedback_prompt, system_prompt, task_options, task_p
 from agent.providers import DeadlineExceeded, FatalProviderError, Message, Model, ModelResponse, ProviderError
 from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
-from problems.spec import Problem
+from problems.contract import Problem
 from prompts import render
 from sandbox.report import EvalReport
 

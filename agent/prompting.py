@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from agent.budget import Budget, Spend, near_end
-from problems.spec import Problem
+from problems.contract import Problem
 from prompts import render
 from sandbox import topology
 from sandbox.harness.config import HarnessConfig
@@ -74,10 +74,39 @@ def _docstring(source: str) -> str:
         return ""
 
 
+def input_signature(problem: Problem, world: int, size: str, dtype: str) -> list[str] | None:
+    """``["bfloat16[33554432]", ...]`` for rank 0's inputs, without allocating them (None if
+    the generator cannot run on fake tensors, e.g. data-dependent shapes)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        with FakeTensorMode():
+            generator = torch.Generator().manual_seed(0)
+            inputs = problem.make_inputs(0, world, generator, torch.device("cpu"), getattr(torch, dtype), **problem.shape(size))
+    except Exception:  # noqa: BLE001 - best effort: the prompt then shows the shape parameters only
+        return None
+    return [describe_input(x) for x in inputs]
+
+
+def describe_input(x) -> str:
+    """``bfloat16[4, 8]`` for a tensor, the same inside lists and tuples, ``repr`` for the rest."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
+    if isinstance(x, (list, tuple)) and not isinstance(x, torch.Size):
+        inner = ", ".join(describe_input(item) for item in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+    return repr(x)
+
+
 def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sheet_on: bool = False,
-                examples: list[dict] | tuple = (), hardware: topology.Topology | None = None) -> str:
+                examples: list[dict] | tuple = (), hardware: topology.Topology | None = None, template: str = "task",
+                **extra: Any) -> str:
     """The first user message. ``hardware`` overrides this host's topology (tests render with a
-    fixed one); the cheat sheet is only for GPU runs."""
+    fixed one); the cheat sheet is only for GPU runs. ``template`` (one that extends ``task``,
+    e.g. ``bash/task``) and ``extra`` (its own variables) are for other modes."""
     size = config.resolved_size()
     shape = problem.shape(size)
     dtype = config.dtype or problem.spec.dtype
@@ -87,10 +116,10 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
         bound = topology.roofline_for(topo, problem.cost_at(config.world, size, dtype))
     sheet = cheat_sheet(topo) if cheat_sheet_on and topo is not None else ""
     return render(
-        "task", problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,
-        inputs=problem.input_signature(config.world, size, dtype) or [], size=size, shape=shape, dtype=dtype,
+        template, problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,
+        inputs=input_signature(problem, config.world, size, dtype) or [], size=size, shape=shape, dtype=dtype,
         device=config.device, topology=topo, roofline=bound, allow_nccl=config.allow_nccl, steps=steps,
-        cheat_sheet=sheet.strip(), examples=list(examples), pkb_helpers=problem.compat == "pkb",
+        cheat_sheet=sheet.strip(), examples=list(examples), pkb_helpers=problem.compat == "pkb", **extra,
     )
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from sandbox.report import EvalReport, ProfileSummary
+from sandbox.report import EvalReport, ProfileSummary, inert
 from sandbox.topology_measure import HostMeasurement
 
 if TYPE_CHECKING:
-    from problems.spec import Problem
+    from problems.contract import Problem
     from sandbox.problem_lint import LintResult
     from sandbox.topology import ProblemRoofline
 
@@ -39,7 +40,7 @@ def report_renderable(report: EvalReport) -> Group:
             table.add_column(column)
         for verdict in report.ranks:
             table.add_row(str(verdict.rank), "ok" if verdict.ok else "FAIL", _fmt(verdict.max_abs_err), _fmt(verdict.max_rel_err),
-                          verdict.message[:100])
+                          Text(verdict.message[:100]))  # a rank's words: never markup
         parts.append(table)
     if report.mismatch and report.mismatch.kind == "values":
         m = report.mismatch
@@ -159,7 +160,7 @@ def step_line(record: dict[str, Any], steps: int) -> str:
     status = record["status"]
     style = STATUS_COLORS.get(status, "yellow")
     return (f"step {record['step']:>2}/{steps}  [{style}]{status:<14}[/]  {speed:>8}  {record['tokens'] / 1000:>7.1f}k tok  {cost:>8}  "
-            f"{record['wall_s']:>6.1f} s  {record.get('message', '')[:90]}")
+            f"{record['wall_s']:>6.1f} s  {escape(inert(record.get('message', '')[:90]))}")
 
 
 def problems_table(problems: list[Problem], rooflines: dict[str, ProblemRoofline | None], where: str) -> Table:

@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from agent.bash.config import BashSettings
 from agent.budget import Budget
 from agent.errors import UserError
 from sandbox.gpu_pool import gpus_needed
 from sandbox.harness.config import HarnessConfig
 
 if TYPE_CHECKING:
-    from problems.spec import Problem
+    from problems.contract import Problem
 
-RunMode = Literal["loop", "single"]
+RunMode = Literal["loop", "single", "bash"]
 
 
 def check_world_size(problem: Problem, world: int) -> None:
@@ -94,7 +95,7 @@ class RunConfig(BaseModel):
     problem: str
     model: str = Field(description="provider:model, e.g. openai:gpt-5, anthropic:claude-sonnet-4-5, scripted:demo")
     model_options: dict[str, Any] = Field(default_factory=dict)
-    mode: RunMode = Field("loop", description="loop: revise with feedback; single: one answer")
+    mode: RunMode = Field("loop", description="loop: revise with feedback; single: one answer; bash: work at a shell in the sandbox")
     budget: Budget = Field(default_factory=Budget)
     target_speedup: float | None = Field(None, description="stop once a correct solution is this much faster")
     harness: HarnessConfig
@@ -103,6 +104,7 @@ class RunConfig(BaseModel):
     pkb_root: Path | None = Field(None, description="ParallelKernelBench checkout for pkb:<id> problems (default: $KLOOP_PKB_ROOT)")
     examples: bool = Field(True, description="show oracle solutions of other problems as in-context examples (where there are some)")
     cheat_sheet: bool = Field(True, description="include the multi-GPU cheat sheet in the task prompt (GPU runs); off for zero-shot runs")
+    bash: BashSettings = Field(default_factory=BashSettings, description="the shell of mode bash")
 
     @field_validator("sandbox", mode="before")
     @classmethod

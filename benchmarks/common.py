@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "benchmarks"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import logging  # noqa: E402
 
@@ -18,6 +19,7 @@ from sandbox.backends import LocalSandbox  # noqa: E402
 from sandbox.evaluate import evaluate_in  # noqa: E402
 from sandbox.harness.config import HarnessConfig  # noqa: E402
 from sandbox.report import EvalReport  # noqa: E402
+from table import print_table  # noqa: E402,F401 - re-exported for the scripts
 
 
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -34,13 +36,3 @@ def problems_with_oracles(names: list[str] | None = None):
     if names:
         chosen = [p for p in chosen if p.name in names]
     return chosen
-
-
-def print_table(title: str, header: list[str], rows: list[list]) -> None:
-    text = [[("-" if cell is None else f"{cell:.4g}" if isinstance(cell, float) else str(cell)) for cell in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in text)) if text else len(h) for i, h in enumerate(header)]
-    print(title)
-    print(" | ".join(h.rjust(w) for h, w in zip(header, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for row in text:
-        print(" | ".join(cell.rjust(w) for cell, w in zip(row, widths)))

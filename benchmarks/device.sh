@@ -10,7 +10,16 @@
 #   perf                      measured topology and the performance feedback (tests/test_gpu_perf.py)
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
 #   timing_ab                 timing stability, world 1, this tree and .baseline (an older tree, carried) in turn
+#   batch_oracles             kloop batch of benchmarks/batch_oracles_cuda.yaml (oracles and references, cuda, world 1) + report
+#   service_cuda              kloop serve on GPU 0: 40 cuda world-1 evaluations from 8 API clients (benchmarks/service_load.py)
+#   service_cpu               kloop serve, 6 CPU slots: 200 CPU evaluations from 20 API clients (none lost or duplicated, p50/p99)
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/test_problems_gpu.py)
+# Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
+#   vs_pkb                    benchmarks/vs_pkb.py: PKB's run_local vs kloop eval, cold and warm, one file (about 5 min)
+#   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
+#                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
+#   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1
+#   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
 set -uo pipefail
 OUT=${OUT:-/tmp/kloop-out}
 mkdir -p "$OUT"
@@ -38,12 +47,32 @@ for name in "$@"; do
     oracle_cuda) part "$name" 90 $ORACLES -k "cuda_mode" ;;
     perf) part "$name" 200 $PYTEST tests/test_gpu_perf.py ;;
     latency) part "$name" 120 python3 benchmarks/eval_latency.py --device cuda --world 1; tail -6 "$OUT/latency.log" ;;
+    service_cuda)
+      part "$name" 480 python3 benchmarks/service_load.py --start --evals 40 --clients 8 --device cuda --world 1 -- --gpus 0 --cpu-slots 2
+      tail -8 "$OUT/$name.log" ;;
+    service_cpu)
+      part "$name" 540 python3 benchmarks/service_load.py --start --evals 200 --clients 20 -- --gpus '' --cpu-slots 6
+      tail -8 "$OUT/$name.log" ;;
     timing_ab)
       stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --repeats 3"
       part timing_baseline 80 bash -c "cd .baseline && KLOOP_CACHE_DIR=/tmp/cache-baseline PYTHONPATH=/tmp/site:\$PWD python3 $stability"
       grep -E "job|all_reduce \|" "$OUT/timing_baseline.log"
       part timing_new 80 env KLOOP_CACHE_DIR=/tmp/cache-new python3 $stability
       grep -E "job|all_reduce \|" "$OUT/timing_new.log" ;;
+    vs_pkb) part "$name" 570 python3 benchmarks/vs_pkb.py --pkb-root .pkb --timeout-s 280 --out "$OUT/vs_pkb"
+      sed -n '/^ParallelKernelBench vs kloop/,$p' "$OUT/$name.log" ;;
+    pkb_refs) part "$name" 540 python3 benchmarks/pkb_references.py --pkb-root .pkb --device cuda --world 1 --timeout-s 120 \
+        --out /tmp/pkb_refs --resume
+      cp -r /tmp/pkb_refs "$OUT/"; grep -E ": (correct|cannot|too|harness|skipped)" "$OUT/$name.log" | cut -c1-200
+      sed -n '/^summary/,$p' "$OUT/$name.log" ;;
+    throughput) part "$name" 300 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
+      sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
+    stability) part "$name" 300 python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
+        --candidate tests/candidates/all_reduce_symm.py --repeats 5 --json "$OUT/stability.json"
+      grep -E "job|^timing|all_reduce \|" "$OUT/$name.log" ;;
+    batch_oracles)
+      part "$name" 540 env COLUMNS=150 python3 -m agent batch benchmarks/batch_oracles_cuda.yaml --out "$OUT/batch-oracles-cuda"
+      env COLUMNS=150 python3 -m agent report "$OUT/batch-oracles-cuda" > "$OUT/batch_report.log" 2>&1; cat "$OUT/batch_report.log" ;;
     problems:*)
       ids=$(python3 -c "import sys; from problems import all_problems; cats = set(sys.argv[1].split(','));
 print(' '.join(f'tests/test_problems_gpu.py::test_reference_as_candidate_passes_and_a_perturbed_one_fails[{p.name}]'

@@ -4,6 +4,9 @@ Cold: empty compile cache, reference cache and seed secret. Warm: the same evalu
 
     python benchmarks/eval_latency.py --device cuda --world 1            # the H200 target
     python benchmarks/eval_latency.py --device cpu --world 2 --candidate tests/candidates/all_reduce_fp32.py --allow-nccl
+
+Each run is a separate harness job in a fresh local sandbox (what `kloop eval` does, less the CLI's
+own start-up); the profile stage is left out unless --profile.
 """
 
 from __future__ import annotations
@@ -17,21 +20,23 @@ from pathlib import Path
 
 from common import ROOT, HarnessConfig, LocalSandbox, evaluate_in, print_table
 
-STAGES = ("static", "startup", "reference", "build", "correctness", "performance", "recheck", "profile", "teardown")
+from sandbox.harness.config import DEVICE_MODES
+
+STAGES = ("static", "startup", "build", "correctness", "performance", "recheck", "profile", "teardown")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", default="all_reduce")
     parser.add_argument("--candidate", default=str(ROOT / "tests/candidates/all_reduce_symm.py"))
-    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda", "emulate"])
+    parser.add_argument("--device", default="cuda", choices=DEVICE_MODES)
     parser.add_argument("--world", type=int, default=1)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--warm-runs", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="include the profile stage")
     parser.add_argument("--allow-nccl", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the rows here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     source = Path(args.candidate).read_text()
     config = HarnessConfig(problem=args.problem, world=args.world, device=args.device, trials=args.trials,
@@ -47,9 +52,11 @@ def main() -> int:
             if report.status != "correct":
                 print(f"{label}: {report.status}: {report.message}", file=sys.stderr)
                 return 1
-            rows.append({"run": label, "wall_s": round(wall, 2), "harness_s": report.wall_s, "reference_cache": report.reference_cache,
-                         **{stage: report.stage_wall_s.get(stage) for stage in STAGES}, "speedup": report.speedup})
-    header = ["run", "wall_s", "harness_s", "reference_cache", *STAGES, "speedup"]
+            rows.append({"run": label, "wall_s": round(wall, 2), "harness_s": report.wall_s,
+                         **{stage: report.stage_wall_s.get(stage) for stage in STAGES}, "speedup": report.speedup,
+                         "speedup_ci": "-" if not report.speedup_ci else f"{report.speedup_ci[0]:.2f}-{report.speedup_ci[1]:.2f}"})
+            print(f"{label}: {report.status} in {wall:.2f} s", flush=True)
+    header = ["run", "wall_s", "harness_s", *STAGES, "speedup", "speedup_ci"]
     print_table(f"eval latency: {args.problem}, {args.device}, world {args.world}, {args.trials} trials + recheck + timing"
                 f"{' + profile' if args.profile else ''}", header, [[row[h] for h in header] for row in rows])
     if args.json:

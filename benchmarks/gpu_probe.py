@@ -31,14 +31,13 @@ def line(name: str, report, wall: float) -> dict:
            "ref_ms": report.reference_timing.median_ms if report.reference_timing else None,
            "cand_ms": report.candidate_timing.median_ms if report.candidate_timing else None,
            "clock": report.timing_check.model_dump() if report.timing_check else None,
-           "roofline": report.roofline_fraction, "isolation": report.isolation, "notes": report.notes}
+           "breakdown": report.harness_breakdown_s, "roofline": report.roofline_fraction, "isolation": report.isolation, "notes": report.notes}
     print(f"{name}: {report.status} in {wall:.1f} s: {report.message[:200]}", flush=True)
     print(f"   stages {report.stage_wall_s}", flush=True)
+    print(f"   breakdown {dict(list(report.harness_breakdown_s.items())[:12])}", flush=True)
     if report.timing_check:
         print(f"   ref {row['ref_ms']} ms cand {row['cand_ms']} ms speedup {report.speedup} ci {report.speedup_ci} "
               f"clock {report.timing_check.model_dump()}", flush=True)
-    if report.status not in ("correct", "crashed") or name.startswith("fp32 no-nccl"):
-        pass
     if report.status == "crashed":
         for excerpt in report.logs[:2]:
             print("   log", excerpt.name, excerpt.text()[-1500:].replace("\n", "\n      "), flush=True)

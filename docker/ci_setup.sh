@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make a Docker engine and the CPU sandbox test image available (CI, or a fresh dev machine):
+# Make a Docker engine and the CPU sandbox test image available (CI, or a fresh dev machine), and
+# headless Chromium for the batch report's browser test: installs chromium if it is missing,
 # installs docker.io if the CLI is missing, starts dockerd (no iptables, no default bridge:
 # sandbox containers use --network none) unless an engine already answers, waits for it,
 # then builds kernel-loop-sandbox:cpu-test with docker/build_test_image.sh (cached, offline).
@@ -20,6 +21,12 @@ if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
     say "installing docker.io"
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -q docker.io >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q docker.io >/dev/null; }
+fi
+
+if ! command -v chromium >/dev/null; then
+    say "installing chromium (the batch report's browser test)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q chromium fonts-dejavu-core >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium fonts-dejavu-core >/dev/null; }
 fi
 
 if docker info >/dev/null 2>&1; then

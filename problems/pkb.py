@@ -35,8 +35,7 @@ from types import ModuleType
 
 import structlog
 
-from problems.registry import UnknownProblem
-from problems.spec import DTYPES, Cost, Problem, ProblemSpec
+from problems.contract import DTYPES, Cost, Problem, ProblemSpec, UnknownProblem
 
 log = structlog.get_logger(__name__)
 

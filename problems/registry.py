@@ -7,13 +7,11 @@ import difflib
 from functools import cache
 from pathlib import Path
 
-from problems.spec import Problem, load_problem
+from problems.contract import Problem, UnknownProblem
+from problems.loader import load_problem
+from problems.pkb import load_pkb_problem, load_pkb_ref
 
 PROBLEMS_ROOT = Path(__file__).resolve().parent
-
-
-class UnknownProblem(LookupError):
-    """No problem of that name; the message lists the closest names."""
 
 
 @cache
@@ -48,8 +46,6 @@ def find_problem(name: str, pkb_root: str | Path | None = None) -> Problem:
     checkout at ``pkb_root`` (default ``$KLOOP_PKB_ROOT``). Errors are :class:`UnknownProblem`
     with a one-line message."""
     if name.startswith("pkb:"):
-        from problems.pkb import load_pkb_problem
-
         return load_pkb_problem(name, pkb_root)
     return get_problem(name)
 
@@ -60,8 +56,6 @@ def load_ref(ref: str) -> Problem:
     if kind == "folder":
         return load_problem(Path(location))
     if kind == "pkb":
-        from problems.pkb import load_pkb_ref
-
         return load_pkb_ref(location)
     raise UnknownProblem(f"cannot load problem reference {ref!r}")
 

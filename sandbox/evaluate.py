@@ -31,15 +31,17 @@ def harness_budget_s(config: HarnessConfig) -> float:
     return 2 * t.startup_s + 2 * t.build_s + 3 * t.correctness_s + 2 * t.performance_s + t.profile_s + HARNESS_SLACK_S
 
 
-def evaluate_in(box: Sandbox, source: str, config: HarnessConfig, filename: str = "solution.py", subdir: str = "") -> EvalReport:
+def evaluate_in(box: Sandbox, source: str, config: HarnessConfig, filename: str = "solution.py", subdir: str = "",
+                timeout_s: float | None = None) -> EvalReport:
     """Run the harness on ``source`` inside the started sandbox ``box``, in its own ``subdir``
-    of the work dir when given (several evaluations of one episode share a sandbox)."""
+    of the work dir when given (several evaluations of one episode share a sandbox); ``timeout_s``
+    shortens the harness's own budget (an agent's command with a deadline)."""
     config = config.model_copy(update={"solution": filename})
     prefix = f"{subdir}/" if subdir else ""
     box.write_file(prefix + filename, source)
     box.write_file(prefix + "harness.json", config.model_dump_json())
-    result = box.exec([box.python, "-m", "sandbox.harness", "--config", "harness.json"], timeout_s=harness_budget_s(config),
-                      cwd=subdir or None)
+    budget = harness_budget_s(config) if timeout_s is None else min(harness_budget_s(config), max(timeout_s, 1.0))
+    result = box.exec([box.python, "-m", "sandbox.harness", "--config", "harness.json"], timeout_s=budget, cwd=subdir or None)
     try:
         report = EvalReport.model_validate(json.loads(result.stdout))
     except (ValueError, ValidationError) as error:

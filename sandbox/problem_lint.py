@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from problems.spec import CATEGORIES, Cost, Problem
+from problems.contract import CATEGORIES, Cost, Problem
 
 DEFAULT_SEEDS = (20_240_601, 77_777)
 ELEMENT_ERROR = 0.05  # one element moved by this fraction of the output's max-abs must fail
@@ -192,7 +192,7 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
     import torch
 
     from sandbox.harness.compare import compare_outputs
-    from sandbox.harness.judge import Verdict
+    from sandbox.harness.verdict import Verdict
     from sandbox.harness.reference_outputs import run_reference
     from sandbox.harness.groups import StageTimeout
 

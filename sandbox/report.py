@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox.harness.config import DeviceMode
+
 Status = Literal["correct", "wrong", "build_failed", "crashed", "timeout", "rejected"]
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 Stage = Literal["static", "build", "correctness", "stress", "performance", "recheck", "profile", "done"]
@@ -207,7 +209,7 @@ class EvalReport(ReportModel):
     stage: Stage = "static"
     problem: str
     world: int
-    device: Literal["cpu", "cuda", "emulate"]
+    device: DeviceMode
     dtype: str
     size: str
     trials: int = 0
@@ -230,6 +232,8 @@ class EvalReport(ReportModel):
     compiles: CompileStats = Field(default_factory=CompileStats)
     logs: list[LogExcerpt] = Field(default_factory=list)
     stage_wall_s: dict[str, float] = Field(default_factory=dict)
+    harness_breakdown_s: dict[str, float] = Field(default_factory=dict, description="where the harness's time went: "
+                                                  "each group's commands by type (asked to answered) and the parent's own work")
     wall_s: float = 0.0
     profile_cache: Literal["hit", "miss", "off"] = Field("off", description="profiles of this solution and of the reference "
                                                          "taken before on this host (sealed with the host secret)")

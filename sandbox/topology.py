@@ -18,7 +18,7 @@ from sandbox.report import Roofline
 from sandbox.topology_measure import HostMeasurement, cached_measurement
 
 if TYPE_CHECKING:
-    from problems.spec import Cost, Problem
+    from problems.contract import Cost, Problem
 
 
 class Topology(BaseModel):

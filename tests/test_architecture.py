@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS = ("agent", "sandbox", "problems", "prompts", "kloop_runtime")
+OURS = ("agent", "sandbox", "problems", "prompts", "kloop_runtime", "service")
 # What each package must never import, lazy imports inside functions included. The sandbox image
 # holds only kloop_runtime, sandbox and problems; candidate code sees only kloop_runtime.
 FORBIDDEN = {
-    "kloop_runtime": {"sandbox", "problems", "agent", "prompts"},
-    "problems": {"sandbox", "agent", "prompts"},
-    "sandbox": {"agent", "prompts"},
+    "kloop_runtime": {"sandbox", "problems", "agent", "prompts", "service"},
+    "problems": {"sandbox", "agent", "prompts", "service"},
+    "sandbox": {"agent", "prompts", "service"},
 }
 CANDIDATE_API = "sandbox.runtime"  # the runtime's public name: what oracles (candidate code) import
 RUNTIME_DEPENDENCIES = {"torch", "filelock"}

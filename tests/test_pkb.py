@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from agent.prompting import input_signature
 from problems import find_problem, load_ref
 from problems.pkb import ROOT_ENV, TRIALS, PkbError, _generator_module, read_defaults
 from tests.candidates import HERE as CANDIDATES
@@ -42,7 +43,7 @@ def test_the_spec_comes_from_the_checkout(pkb_root):
         assert problem.reference_source.startswith("import torch")
     assert allreduce.ref == f"pkb:{pkb_root}::1_allreduce"
     assert load_ref(allreduce.ref) is allreduce
-    assert clip.input_signature(2, "default", "bfloat16") == ["[bfloat16[96, 40], bfloat16[96, 40], bfloat16[96, 40]]", "1.0", "2.0", "None"]
+    assert input_signature(clip, 2, "default", "bfloat16") == ["[bfloat16[96, 40], bfloat16[96, 40], bfloat16[96, 40]]", "1.0", "2.0", "None"]
 
 
 def test_the_version_hash_covers_reference_and_generator(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from problems import all_problems, get_problem, problem_names
+from problems.loader import load_problem
 from sandbox.problem_lint import LintResult, lint_problem
-from problems.spec import load_problem
 
 
 def _explain(result: LintResult) -> str:
@@ -34,7 +34,8 @@ def test_suite_has_the_first_twelve() -> None:
 # ---------------------------------------------------------------------- planted mistakes
 
 GOOD_PROBLEM = '''
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(name="{name}", category="collective", pattern="all-reduce", origin="a test", atol={atol}, rtol=2**-8,
                    shapes={{"default": {{"numel": 1024}}, "small": {{"numel": 512}}}})

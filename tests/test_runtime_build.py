@@ -75,7 +75,11 @@ def solution(tensor):
     return out
 '''
     report = evaluate_in(local_sandbox, snooping, config(2))
-    assert report.status == "crashed" and "PermissionError" in report.message
+    assert secret.is_file()  # it is there on the host; the candidate's rank cannot see it
+    assert report.status == "crashed" and ("PermissionError" in report.message or "FileNotFoundError" in report.message)
+    # the control: the same candidate reading a file it may read (its own source) is judged correct
+    honest = snooping.replace(f'open("{secret}", "rb")', 'open(__file__, "rb")')
+    assert evaluate_in(local_sandbox, honest, config(2)).status == "correct"
 
 
 def test_torch_extension_path_builds_and_runs_on_cpu(local_sandbox):

@@ -44,6 +44,21 @@ def test_a_module_crosses_as_data():
     assert torch.equal(out(x), linear(x))
 
 
+def test_a_sparse_coo_tensor_crosses_as_its_indices_and_values():
+    dense = torch.zeros(3, 4, 5)
+    dense[0, 1, 2], dense[2, 3, 4], dense[1, 0, 0] = 1.5, -2.0, 3.25
+    out = roundtrip((dense.to_sparse(), 7))
+    assert out[0].layout == torch.sparse_coo and out[0].is_coalesced() and torch.equal(out[0].to_dense(), dense) and out[1] == 7
+    with pytest.raises(wire.WireError, match="layout"):
+        wire.encode_tree(dense.to_sparse_csr(), [])
+
+
+@pytest.mark.parametrize("tree", [{"group": "pairs"}, {"group": [0, -1]}, {"group": []}, {"coo": [{"T": 0}, 3, [2]]}])
+def test_malformed_groups_and_sparse_tensors_are_refused(tree):
+    with pytest.raises(wire.WireError):
+        wire.check_tree(tree, 2)
+
+
 def test_objects_that_are_not_data_are_refused():
     class Sneaky:
         pass
@@ -135,4 +150,13 @@ def test_commitments_are_equal_for_equal_bytes_only():
     assert wire.commitment([x]) != wire.commitment([y])
     assert wire.commitment([x]) != wire.commitment([x.reshape(7, 143)])
     odd = torch.arange(3, dtype=torch.int8)
-    assert wire.tensor_checksum(odd) == 0 + 1 + 2
+    assert wire.commitment([odd]) != wire.commitment([torch.tensor([2, 1, 0], dtype=torch.int8)])
+
+
+def test_a_commitment_is_not_linear_in_the_bytes():
+    """Two tensors with equal sums of 32-bit words (the old checksum) commit differently; so do a
+    concatenation and another one whose parts have the same word-sums."""
+    a = torch.tensor([1, 2, 3, 4], dtype=torch.int32)
+    b = torch.tensor([4, 3, 2, 1], dtype=torch.int32)
+    assert int(a.sum()) == int(b.sum()) and wire.commitment([a]) != wire.commitment([b])
+    assert wire.commitment([torch.cat([a, b])]) != wire.commitment([torch.cat([b, a])])

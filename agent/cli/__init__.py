@@ -13,7 +13,7 @@ import sys
 import typer
 
 from agent.cli import eval as eval_
-from agent.cli import problems, prompt, run, sandbox, topology
+from agent.cli import batch, problems, prompt, rejudge, report, run, sandbox, serve, topology
 from agent.cli.common import errors
 from agent.errors import UserError
 
@@ -24,7 +24,11 @@ app.command("problems")(problems.command)
 app.command("run")(run.command)
 app.command("prompt")(prompt.command)
 app.command("topology")(topology.command)
+app.command("batch")(batch.command)
+app.command("report")(report.command)
+app.command("rejudge")(rejudge.command)
 app.add_typer(sandbox.app, name="sandbox")
+app.add_typer(serve.app, name="serve")
 
 
 def configure_logging() -> None:

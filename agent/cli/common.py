@@ -21,7 +21,7 @@ from rich.console import Console
 
 from agent.errors import UserError
 from agent.run_config import SandboxSettings
-from sandbox.harness.config import DeviceMode
+from sandbox.harness.config import DEVICE_MODE_HELP, DeviceMode
 
 console = Console()
 errors = Console(stderr=True)
@@ -44,12 +44,14 @@ PkbRoot = Annotated[Path | None, typer.Option(
     "--pkb-root", help="ParallelKernelBench checkout that pkb:<id> problems are loaded from (default: $KLOOP_PKB_ROOT)")]
 World = Annotated[int, typer.Option("--world", "-w", help="number of ranks", rich_help_panel=EVALUATION)]
 DeviceOption = Annotated[Device, typer.Option(  # type: ignore[valid-type]
-    "--device", "-d", help="cpu (gloo), cuda (one GPU per rank) or emulate (all ranks on one GPU)", rich_help_panel=EVALUATION)]
+    "--device", "-d", help=", ".join(f"{mode} ({what})" for mode, what in DEVICE_MODE_HELP.items()), rich_help_panel=EVALUATION)]
 Size = Annotated[str | None, typer.Option(
     help="named problem size (default: `default` in cuda mode, `small` on cpu and in emulation)", rich_help_panel=EVALUATION)]
 Trials = Annotated[int, typer.Option(min=1, max=100, help="correctness trials with fresh seeds", rich_help_panel=EVALUATION)]
 AllowNccl = Annotated[bool, typer.Option(help="allow the solution to call torch.distributed collectives", rich_help_panel=EVALUATION)]
 Examples = Annotated[bool, typer.Option(help="show oracle solutions of other problems as in-context examples", rich_help_panel=PROMPT)]
+Server = Annotated[str | None, typer.Option(
+    "--server", help="submit to a `kloop serve` at this URL and follow the job there (token: $KLOOP_TOKEN)", show_default=False)]
 CheatSheet = Annotated[bool, typer.Option(help="include the multi-GPU cheat sheet in the task prompt (--no-cheat-sheet: zero-shot)",
                                           rich_help_panel=PROMPT)]
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli.common import (EVALUATION, AllowNccl, Device, DeviceOption, PkbRoot, ProblemName, Size, Trials, World, console,
+from agent.cli.common import (EVALUATION, AllowNccl, Device, DeviceOption, PkbRoot, ProblemName, Server, Size, Trials, World, console,
                               load_problem, read_text, sandbox_errors, sandbox_options)
 from agent.run_config import SandboxSettings
 
@@ -29,10 +29,18 @@ def command(
     profile_cache: Annotated[bool, typer.Option(help="reuse profiles taken before of this solution and the reference", rich_help_panel=EVALUATION)] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print the EvalReport as JSON")] = False,
     pkb_root: PkbRoot = None,
+    server: Server = None,
     *,
     sandbox: SandboxSettings,
 ) -> None:
     """Judge SOLUTION on PROBLEM: correct on every rank? how fast against the PyTorch + NCCL reference?"""
+    if server:
+        from agent.cli.remote import remote_eval, server_decides
+
+        server_decides(sandbox, pkb_root, profile_cache=profile_cache)
+        remote_eval(server, {"problem": problem_name, "source": read_text(solution), "world": world, "device": device.value,
+                             "size": size, "allow_nccl": allow_nccl, "trials": trials, "timed": timed, "stress": stress},
+                    solution.name, as_json)
     from agent.run_config import check_host_gpus, harness_config
     from agent.session import EvaluationSession
 

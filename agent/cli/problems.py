@@ -62,7 +62,7 @@ def lint(problems: list, world: int | None, as_json: bool) -> None:
     if world is not None:
         unsupported = [p.name for p in problems if world not in p.spec.world_sizes]
         if unsupported:
-            raise UserError(f"world {world} is not declared by {', '.join(unsupported)}; leave out --world to check every declared size")
+            raise UserError(f"world {world} is not declared by {', '.join(unsupported)}; leave out --world to check every declared world size")
     jobs = [(p, w) for p in problems for w in ((world,) if world is not None else p.spec.world_sizes)]
     results = []
     for number, (problem, job_world) in enumerate(jobs, start=1):

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
+from agent.bash.config import BashSettings
 from agent.budget import Budget
-from agent.cli.common import (AllowNccl, CheatSheet, Device, DeviceOption, Examples, PkbRoot, ProblemName, Size, Trials, World, choices,
+from agent.cli.common import (AllowNccl, CheatSheet, Device, DeviceOption, Examples, PkbRoot, ProblemName, Server, Size, Trials, World, choices,
                               console, errors, load_problem, options_from, sandbox_errors, sandbox_options)
 from agent.errors import UserError
 from agent.run_config import RunMode, SandboxSettings
@@ -18,6 +19,7 @@ BUDGET = "Budget"
 
 
 @options_from("budget", Budget, BUDGET, {"max_run_cost_usd": "--max-run-cost", "max_run_wall_s": "--max-run-wall"})
+@options_from("bash", BashSettings, "Bash mode", {"command_timeout_s": "--command-timeout", "output_limit_chars": "--output-limit"})
 @sandbox_options
 def command(
     problem_name: ProblemName,
@@ -27,7 +29,8 @@ def command(
                                                                                  "api=responses, stream=true)")] = [],
     max_output_tokens: Annotated[int | None, typer.Option(min=1, help="cap on the output tokens of each model call (the model "
                                                                        "option max_output_tokens; the run's budget is --max-run-tokens)")] = None,
-    mode: Annotated[Mode, typer.Option(help="loop: revise with feedback; single: one answer")] = Mode.loop,  # type: ignore[valid-type]
+    mode: Annotated[Mode, typer.Option(help="loop: revise with feedback; single: one answer; bash: work at a shell in the sandbox "
+                                            "(check, bench, profile, submit)")] = Mode.loop,  # type: ignore[valid-type]
     out: Annotated[Path, typer.Option(help="runs are written under this folder")] = Path("runs"),
     world: World = 2,
     device: DeviceOption = Device.cpu,
@@ -39,11 +42,21 @@ def command(
     examples: Examples = True,
     cheat_sheet: CheatSheet = True,
     pkb_root: PkbRoot = None,
+    server: Server = None,
     *,
     budget: Budget,
+    bash: BashSettings,
     sandbox: SandboxSettings,
 ) -> None:
     """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
+    if server:
+        from agent.cli.remote import remote_run, server_decides
+
+        server_decides(sandbox, pkb_root, out=out)
+        remote_run(server, {"problem": problem_name, "model": model, "options": parse_model_options(model_option), "mode": mode.value,
+                            "steps": budget.steps, "budgets": budget.model_dump(exclude={"steps"}), "target_speedup": target_speedup,
+                            "world": world, "device": device.value, "size": size, "trials": trials, "allow_nccl": allow_nccl,
+                            "examples": examples, "cheat_sheet": cheat_sheet})
     from agent.episode import Episode
     from agent.render import step_line
     from agent.run_config import RunConfig, check_host_gpus, harness_config
@@ -55,10 +68,14 @@ def command(
     options = parse_model_options(model_option)
     if max_output_tokens is not None:
         options["max_output_tokens"] = max_output_tokens
-    llm = build_model(model, options)
+    if model.strip() == "baseline:reference" and not allow_nccl:
+        raise UserError("baseline:reference answers with the reference itself, which calls NCCL: add --allow-nccl")
+    llm = build_model(model, options, problem)
     config = RunConfig(problem=problem_name, model=model, model_options=options, mode=mode.value, target_speedup=target_speedup,
                        budget=budget, harness=harness, sandbox=sandbox, out=out, pkb_root=pkb_root, examples=examples,
-                       cheat_sheet=cheat_sheet)
+                       cheat_sheet=cheat_sheet, bash=bash)
+    if config.mode == "bash":
+        run_bash(llm, problem, config)
     with sandbox_errors():
         EvaluationSession(harness, sandbox).box.close()  # the sandbox settings are checked now, before a run folder exists
     if harness.device == "cuda":
@@ -114,11 +131,11 @@ def parse_model_options(pairs: list[str]) -> dict:
     return options
 
 
-def build_model(spec: str, options: dict):
+def build_model(spec: str, options: dict, problem=None):
     from agent.providers import InvalidModelSpec, MissingApiKey, make_model
 
     try:
-        return make_model(spec, **options)
+        return make_model(spec, problem=problem, **options)
     except (InvalidModelSpec, MissingApiKey) as error:
         raise UserError(str(error)) from None
     except Exception as error:  # noqa: BLE001 - e.g. a missing script file: one line, not a traceback
@@ -136,3 +153,35 @@ def ensure_topology() -> None:
             measure_host()
     except TopologyUnavailable as error:
         errors.print(f"[yellow]note:[/] {error}; using datasheet rates", highlight=False)
+
+
+def run_bash(llm, problem, config) -> None:
+    """``--mode bash``: the model works at a shell in the sandbox; its submission is judged at the end."""
+    from agent.bash.episode import make_agent
+    from agent.bash.trajectory import MiniTrajectory
+    from agent.render import step_line
+    from agent.trajectory import new_run_folder
+
+    if config.harness.device == "cuda":
+        ensure_topology()
+    folder = new_run_folder(config.out, problem.name, config.model)
+    trajectory = MiniTrajectory(folder, info={"config": config.model_dump(mode="json")})
+    trajectory.write_file("config.json", config.model_dump_json(indent=2))
+    console.print(f"[bold]{config.problem}[/] with [bold]{config.model}[/], bash mode, world {config.harness.world} on "
+                  f"{config.harness.device}; run folder {folder}")
+    with sandbox_errors():
+        agent = make_agent(llm, problem, config, trajectory,
+                           on_step=lambda record: console.print(step_line(record, config.budget.steps), highlight=False))
+        with console.status("working (model call, then the command)...", spinner="dots"):
+            exit_status = agent.run()
+    spend = agent.spend
+    cost = f"${spend.known_cost_usd:.3f}" if spend.known_cost_usd is not None else "unknown (no price for this model)"
+    console.print(f"\n[bold]{exit_status}[/]: {agent.messages[-1].content}")
+    console.print(f"{spend.steps} model calls, {spend.input_tokens} input + {spend.output_tokens} output tokens, cost {cost}, "
+                  f"{spend.wall_s:.0f} s")
+    if agent.verdict is not None:
+        from agent.render import print_report
+
+        print_report(agent.verdict, console)
+    console.print(f"trajectory: {trajectory.path}")
+    raise typer.Exit(0 if agent.verdict is not None and agent.verdict.correct else 1)

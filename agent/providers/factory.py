@@ -12,11 +12,11 @@ from agent.providers.base import InvalidModelSpec, Model
 log = structlog.get_logger(__name__)
 
 OPENAI_COMPATIBLE = ("openai", "together", "vllm", "sglang", "openrouter", "deepseek", "gemini")
-OFFLINE = ("scripted", "replay")
+OFFLINE = ("scripted", "replay", "baseline")
 PROVIDERS = (*OPENAI_COMPATIBLE, "anthropic", *OFFLINE)
 
 
-def make_model(spec: str, **options: Any) -> Model:
+def make_model(spec: str, *, problem: Any = None, **options: Any) -> Model:
     """A model from ``PROVIDER:MODEL``: ``openai:gpt-5``, ``anthropic:claude-sonnet-4-5``,
     ``vllm:Qwen/Qwen3-32B``, ``scripted:example``, ``replay:runs/<run folder>``, ...
 
@@ -25,7 +25,9 @@ def make_model(spec: str, **options: Any) -> Model:
     http_client, prices; OpenAI-compatible: reasoning_effort, max_tokens_param, seed, api ("chat" or
     "responses");
     Anthropic: thinking_budget_tokens, thinking, cache_prompt, cache_conversation.
-    Offline models (scripted, replay) ignore options."""
+    Offline models (scripted, replay, baseline) ignore options. ``problem`` (a loaded Problem)
+    is what the baselines answer from (``baseline:reference``, ``baseline:oracle``); the other
+    providers ignore it."""
     provider, sep, name = spec.partition(":")
     provider = provider.strip().lower()
     if not sep or not name.strip() or provider not in PROVIDERS:
@@ -43,6 +45,10 @@ def make_model(spec: str, **options: Any) -> Model:
             from agent.providers.anthropic_messages import AnthropicModel
 
             return AnthropicModel(spec, name, **options)
+        if provider == "baseline":
+            from agent.providers.baseline import BaselineModel
+
+            return BaselineModel(spec, name, problem)
         if provider == "scripted":
             from agent.providers.scripted import ScriptedModel
 

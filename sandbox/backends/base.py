@@ -56,6 +56,11 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def terminate(self) -> None:
+        """End everything running in the sandbox now; callable from any thread (a cancelled job).
+        By default the sandbox is closed; backends that can keep it usable override this."""
+        self.close()
+
     def __enter__(self) -> "Sandbox":
         self.start()
         return self

@@ -133,6 +133,11 @@ class LocalSandbox(Sandbox):
             pass
         self._sweep()
 
+    def terminate(self) -> None:
+        """Kill every process of this sandbox (all carry its marker), whatever session it is in;
+        the work dir stays and the sandbox can run commands again."""
+        self._sweep()
+
     def _sweep(self) -> None:
         """Kill processes that left the session but carry this sandbox's marker."""
         import psutil

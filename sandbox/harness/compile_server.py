@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import structlog
 
 from kloop_runtime import build
+from sandbox.harness.static_checks import MULTICAST, MULTICAST_OFF
 
 log = structlog.get_logger(__name__)
 
@@ -30,8 +30,7 @@ _EXTENSION_FIELDS = {
     "extra_cuda_cflags": list, "extra_ldflags": list, "extra_include_paths": list, "arch": str,
 }
 MAX_SOURCE_CHARS = 2_000_000
-MULTICAST = re.compile(r"multimem|multicast|cuMulticast|NVLS", re.IGNORECASE)
-MULTICAST_MESSAGE = "NVLink multicast (multimem / cuMulticast / NVLS) is switched off on these machines; it was found in"
+MULTICAST_MESSAGE = f"{MULTICAST_OFF}; it was found in"
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
+# The device modes, the one definition: how ranks map to devices.
 DeviceMode = Literal["cpu", "cuda", "emulate"]
+DEVICE_MODES: tuple[str, ...] = get_args(DeviceMode)
+DEVICE_MODE_HELP = {
+    "cpu": "gloo on CPU tensors",
+    "cuda": "one GPU per rank",
+    "emulate": "all ranks on one GPU, correctness only",
+}
 
 
 class StageTimeouts(BaseModel):

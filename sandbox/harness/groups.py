@@ -26,6 +26,7 @@ from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
 from sandbox.rank.wire import Channel, ChannelClosed, WireError
 from sandbox.readiness import wait_readable
+from sandbox.report import inert
 
 log = structlog.get_logger(__name__)
 
@@ -66,6 +67,7 @@ class RankGroup:
                  launch: Callable[[list[str], list[int], int], Any], compile_server: CompileServer | None):
         self.role, self.world = role, world
         self.compile_server = compile_server
+        self.spent_s: dict[str, float] = {}  # wall seconds per command type, asked to answered
         self.channels: list[Channel] = []
         self.readers: list[CappedReader] = []
         child_fds, entries = [], []
@@ -107,9 +109,14 @@ class RankGroup:
             fds: list[list[int]] | None = None) -> list[Answer | RankFailure]:
         """Send ``message`` (one for all, or one per rank) and collect one reply per rank."""
         self.check_quiet()
+        started = time.perf_counter()
         for rank in range(self.world):
             self.send(rank, message[rank] if isinstance(message, list) else message, fds[rank] if fds else ())
-        return self.collect(expect, timeout_s, stage)
+        try:
+            return self.collect(expect, timeout_s, stage)
+        finally:
+            kind = str((message[0] if isinstance(message, list) else message).get("type"))
+            self.spent_s[kind] = self.spent_s.get(kind, 0.0) + time.perf_counter() - started
 
     def check_quiet(self) -> None:
         """Nothing may be waiting from a rank between commands: an unasked message is a
@@ -175,7 +182,8 @@ class RankGroup:
                 return None
             if isinstance(reply, m.Failed):
                 _close(fds)
-                return RankFailure(rank, reply.kind, reply.message, reply.text)
+                # a rank's words go into the verdict's message: control characters made visible there, as in logs
+                return RankFailure(rank, reply.kind, inert(reply.message), reply.text)
             if not isinstance(reply, expect):
                 raise m.ProtocolViolation(f"rank {rank} answered {reply.type!r} where {expect.__name__} was due")
         except m.ProtocolViolation as violation:

@@ -10,18 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from problems.spec import ProblemSpec
+from problems.contract import ProblemSpec
 from sandbox.harness.calls import Call, Expected, Revealed, original_inputs
 from sandbox.harness.compare import compare_outputs, error_summary
+from sandbox.harness.verdict import Verdict
 from sandbox.report import Mismatch, RankVerdict
-
-
-class Verdict(Exception):
-    """Ends the evaluation with ``status``; ``fields`` go into the report."""
-
-    def __init__(self, status: str, message: str, **fields: Any):
-        super().__init__(message)
-        self.status, self.message, self.fields = status, message, fields
 
 
 def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], spec: ProblemSpec, device: Any,

@@ -52,6 +52,13 @@ def stage_rank_packages(folder: Path) -> Path:
     return folder
 
 
+def packages_dir(workdir: Path) -> Path:
+    """Beside a candidate's work dir: what its ranks may read and never write (the rank packages,
+    and under build/ the artifacts the parent compiled for them). Not inside the work dir: the
+    ranks own that, and could swap any folder of it for a link the parent would follow."""
+    return workdir.with_name(workdir.name + "-packages")
+
+
 def hidden_paths() -> tuple[str, ...]:
     """What a candidate's rank may not read even inside folders it may: this project's packages
     (in place or installed) and the caches. (The rest of the home folder is not readable anyway.)"""
@@ -106,7 +113,7 @@ def candidate_launcher(workdir: Path, mode: str, network: str):
     staged beside it (``<workdir>-packages``), readable, not writable."""
     from sandbox.jail import Jail, JailSpec
 
-    packages = stage_rank_packages(workdir.with_name(workdir.name + "-packages"))
+    packages = stage_rank_packages(packages_dir(workdir))
     spec = JailSpec(workdir=str(workdir), readable=(str(packages),), hidden=hidden_paths(), network=network,
                     env=candidate_env(workdir, packages, mode), devices="none" if mode == "cpu" else "cuda")
 

@@ -14,7 +14,11 @@ same inputs, and the claimed times are checked against the parent's own clock
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
+import math
+import os
 import shutil
 import statistics
 import threading
@@ -26,7 +30,7 @@ import structlog
 
 from kloop_runtime import settings
 from problems import get_problem, load_ref
-from problems.spec import Problem
+from problems.contract import Problem
 from sandbox import performance, topology
 from sandbox.harness import messages as m
 from sandbox.harness import timing
@@ -34,18 +38,22 @@ from sandbox.harness.calls import Call, CallPlan, Expected, Revealed
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.config import HarnessConfig
 from sandbox.harness.groups import Answer, RankFailure, RankGroup, StageTimeout, close_answers
-from sandbox.harness.judge import Verdict, judge
+from sandbox.harness.judge import judge
+from sandbox.harness.launch import packages_dir
 from sandbox.harness.warm import FreshGroups
 from sandbox.harness.sealed_cache import SealedCache, cache_key
 from sandbox.harness.seeds import host_secret
 from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
+from sandbox.harness.verdict import Verdict
 from sandbox.nvml import gpu_model_name
+from sandbox.rank import wire
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 
 log = structlog.get_logger(__name__)
 
 ROUND_BYTES = 2 * 2**30  # a round's inputs, per rank, at most (each call has its own)
+TIMED_BYTES = 2**30  # all timed calls' inputs, per rank and group: large calls are timed fewer times (MIN_ROUNDS at least)
 MAX_ROUND_CALLS = 16
 MIN_ROUNDS = 4  # timed rounds per group at the least (the speedup's interval resamples them)
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
@@ -70,6 +78,7 @@ class Evaluation:
         self.compile_server: CompileServer | None = None
         self.rounds = 0
         self.device_name = "cpu"
+        self.parent_spent_s: dict[str, float] = {}  # the parent's own work: reading blobs, judging
         self.report = EvalReport(
             status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
             dtype=self.dtype, size=self.size, trials=config.trials, public_seeds=[config.seed + t for t in range(config.trials)],
@@ -111,8 +120,24 @@ class Evaluation:
                 self.report.speedup = None
                 self.report.speedup_ci = None
             self.report.stage_wall_s["teardown"] = round(time.monotonic() - teardown, 3)
+            self.report.harness_breakdown_s = self._breakdown()
             self.report.wall_s = round(time.monotonic() - started, 3)
         return self.report
+
+    def _breakdown(self) -> dict[str, float]:
+        spent = {f"parent {kind}": s for kind, s in self.parent_spent_s.items()}
+        for group in self.groups:
+            if group is not None:
+                spent.update({f"{group.role} {kind}": s for kind, s in group.spent_s.items()})
+        return {kind: round(s, 3) for kind, s in sorted(spent.items(), key=lambda item: -item[1])}
+
+    @contextlib.contextmanager
+    def _parent_work(self, kind: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.parent_spent_s[kind] = self.parent_spent_s.get(kind, 0.0) + time.perf_counter() - started
 
     def _apply(self, verdict: Verdict) -> None:
         self.report.status = verdict.status
@@ -139,9 +164,9 @@ class Evaluation:
             self.source = path.read_text()
         except (OSError, UnicodeDecodeError) as error:
             raise Verdict("build_failed", f"cannot read the solution {self.config.solution}: {error}") from None
-        result = check_source(self.source, self.config.solution.name, allow_nccl=self.config.allow_nccl)
-        if result.status != "ok":
-            raise Verdict(result.status, result.message)
+        verdict = check_source(self.source, self.config.solution.name, allow_nccl=self.config.allow_nccl)
+        if not verdict.ok:
+            raise verdict
 
     def _start(self) -> None:
         config = self.config
@@ -151,7 +176,9 @@ class Evaluation:
         self.groups = [self.reference, self.candidate]
         self.candidate_dir = self.candidate.workdir
         shutil.copyfile(self.workdir / config.solution, self.candidate_dir / "solution.py")
-        self.compile_server = CompileServer(self.cache_root / "compile", self.secret, self.candidate_dir / "build")
+        # delivered where the ranks can read but not write: in their own work dir the parent (root) would
+        # follow whatever link they put there (tests/fixtures/hostile/compile_deputy_symlink.py)
+        self.compile_server = CompileServer(self.cache_root / "compile", self.secret, packages_dir(self.candidate_dir) / "build")
         self.candidate.compile_server = self.compile_server
         self.report.isolation = list(self.candidate.process.measures)
         importing = threading.Thread(target=_import_torch, daemon=True)  # the judge's own torch, while the ranks start
@@ -175,8 +202,8 @@ class Evaluation:
         for answer in answers:
             if isinstance(answer, RankFailure):
                 close_answers(answers)
-                raise Verdict("crashed", reference_failure_message(answer),
-                              logs=[LogExcerpt.of(f"{role} rank {answer.rank}", answer.text or self.reference.rank_log(answer.rank))])
+                text = answer.text or self.reference.rank_log(answer.rank)
+                raise Verdict("crashed", reference_failure_message(answer, text), logs=[LogExcerpt.of(f"{role} rank {answer.rank}", text)])
         return answers  # type: ignore[return-value]
 
     def _candidate(self, answers: list[Answer | RankFailure]) -> list[Answer]:
@@ -207,18 +234,24 @@ class Evaluation:
         if not self.reference.loaded:
             for rank in range(self.config.world):
                 self.reference.send(rank, {"type": "load"})
-        self._candidate(self.candidate.ask({"type": "load", "path": str(self.candidate_dir / "solution.py"),
-                                            "sys_path": self._candidate_path()}, m.Loaded, timeout, "build"))
-        if not self.reference.loaded:
-            self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
+        answers = self.candidate.ask({"type": "load", "path": str(self.candidate_dir / "solution.py"),
+                                      "sys_path": self._candidate_path()}, m.Loaded, timeout, "build")
+        if not self.reference.loaded:  # judged first: a reference that cannot load here explains a candidate that cannot either
+            try:
+                self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
+            except BaseException:
+                close_answers(answers)
+                raise
             self.reference.loaded = True
+        self._candidate(answers)
 
     def _candidate_path(self) -> list[str]:
         paths = [str(self.candidate_dir)]
         if self.problem.compat == "pkb":  # candidates written for ParallelKernelBench import its utils.cuda_helpers
             from kloop_runtime import pkb_shim
 
-            paths.append(str(pkb_shim.ROOT))
+            staged = packages_dir(self.candidate_dir) / pkb_shim.ROOT.relative_to(pkb_shim.ROOT.parents[1])  # the rank's own copy
+            paths.append(str(staged if staged.is_dir() else pkb_shim.ROOT))
         return paths
 
     # ------------------------------------------------------------------ calls
@@ -231,11 +264,12 @@ class Evaluation:
             for i, c in enumerate(calls)]}
         answers = self._expect(self.reference.ask(message, m.Made, self.config.timeouts.correctness_s, "reference inputs"),
                                "reference")
-        for answer in answers:
-            fds = list(answer.fds)
-            for call, summary in zip(calls, answer.reply.calls):
-                call.inputs.append(fds.pop(0))
-                call.expected.append(Expected.read(summary, fds.pop(0)) if summary["expect"] else None)
+        with self._parent_work("reading expected outputs"):
+            for answer in answers:
+                fds = list(answer.fds)
+                for call, summary in zip(calls, answer.reply.calls):
+                    call.inputs.append(fds.pop(0))
+                    call.expected.append(Expected.read(summary, fds.pop(0)) if summary["expect"] else None)
         return calls
 
     def _stage(self, group: RankGroup, round_id: int, calls: list[Call], stage: str) -> float:
@@ -269,20 +303,22 @@ class Evaluation:
             raise m.ProtocolViolation("a rank committed to the wrong number of back-to-back calls")
         return [[a.reply.checksums[i] for a in answers] for i in range(count)]
 
-    def _reveal(self, round_id: int, indices: list[int], stage: str) -> list[list[Revealed]]:
+    def _reveal(self, round_id: int, calls: list[Call], indices: list[int], stage: str) -> list[list[Revealed]]:
+        """What each rank shows of ``calls`` (the round's calls at ``indices``), each blob refused
+        unread when it is larger than the call's inputs and expected outputs allow."""
         answers = self._candidate(self.candidate.ask({"type": "reveal", "round": round_id, "indices": indices}, m.Revealed,
                                                      self.config.timeouts.correctness_s, stage))
         shown: list[list[Revealed]] = [[] for _ in indices]
-        try:
+        with self._parent_work("reading revealed outputs"), contextlib.ExitStack() as cleanup:
+            cleanup.callback(close_answers, answers)
             for answer in answers:
                 if answer.reply.indices != indices or len(answer.fds) != len(indices):
                     raise m.ProtocolViolation(f"rank {answer.rank} revealed other calls than those asked for")
                 for position, fd in enumerate(answer.fds):
-                    shown[position].append(Revealed.read(fd, MAX_REVEAL_BYTES))
-        except (ValueError, TypeError, OSError) as error:
-            raise m.ProtocolViolation(f"a revealed call could not be read: {error}") from None
-        finally:
-            close_answers(answers)
+                    try:
+                        shown[position].append(Revealed.read(fd, reveal_limit(calls[position], answer.rank)))
+                    except (wire.WireError, ValueError, TypeError, OSError) as error:  # WireError is no ValueError
+                        raise m.ProtocolViolation(f"a revealed call could not be read: {error}") from None
         return shown
 
     def _drop(self, group: RankGroup, round_id: int) -> None:
@@ -298,7 +334,8 @@ class Evaluation:
         return torch.device("cuda", 0) if self.config.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
 
     def _judge(self, calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], **hints: Any) -> list[RankVerdict]:
-        return judge(calls, revealed, committed, self.problem.spec, self._compare_device(), **hints)
+        with self._parent_work("judging"):
+            return judge(calls, revealed, committed, self.problem.spec, self._compare_device(), **hints)
 
     # ------------------------------------------------------------------ stages
     def _correctness(self) -> None:
@@ -311,7 +348,7 @@ class Evaluation:
             self._stage(self.candidate, round_id, calls, "correctness")
             _, first, _ = self._call(self.candidate, round_id, 0, calls[0], "correctness", flush=False)
             committed = [first] + (self._burst(self.candidate, round_id, calls, 1, "correctness") if trials > 1 else [])
-            revealed = self._reveal(round_id, list(range(trials)), "correctness")
+            revealed = self._reveal(round_id, calls, list(range(trials)), "correctness")
             self._drop(self.candidate, round_id)
             self.report.ranks = self._judge(calls, revealed, committed, back_to_back_from=1)
         finally:
@@ -327,7 +364,7 @@ class Evaluation:
                 round_id = self._next_round()
                 self._stage(self.candidate, round_id, calls, "stress")
                 committed = self._burst(self.candidate, round_id, calls, 0, "stress")
-                revealed = self._reveal(round_id, list(range(count)), "stress")
+                revealed = self._reveal(round_id, calls, list(range(count)), "stress")
                 self._drop(self.candidate, round_id)
                 self._judge(calls, revealed, committed, note=f"wrong within back-to-back calls {done + 1}-{done + count} of the "
                             f"stress run ({self.config.stress_calls} calls); the correctness trials before it passed")
@@ -339,7 +376,7 @@ class Evaluation:
 
     def _performance(self) -> None:
         config = self.config
-        size = self._round_size()
+        size, target = self._round_size()
         reference = timing.Series(self.reference.overheads)
         candidate = timing.Series(self.candidate.overheads)
         deadline = time.monotonic() + config.timing_budget_s
@@ -349,7 +386,7 @@ class Evaluation:
             pair += 1
             self._timed_round_pair(size, reference, candidate, pair)
             calls_done = sum(len(r.wall_ms) for r in candidate.rounds)
-            if pair >= MIN_ROUNDS and (calls_done >= config.iterations or (time.monotonic() > deadline and calls_done >= 10)):
+            if pair >= MIN_ROUNDS and (calls_done >= target or (time.monotonic() > deadline and calls_done >= 10)):
                 break
         try:
             self.report.timing_check = timing.check_clock(candidate, reference, config.device)
@@ -357,11 +394,10 @@ class Evaluation:
             raise Verdict("rejected", str(rejected)) from None
         self.report.reference_timing = self._timing(reference)
         self.report.candidate_timing = self._timing(candidate)
-        floor = self.report.timing_check.clock_floor_ms
-        if self.report.candidate_timing.median_ms < floor:
-            self.report.notes.append(f"the ranks' timings ({self.report.candidate_timing.median_ms:.4f} ms per call) are less than "
-                                     f"the harness's clock allows; the clock's {floor:.4f} ms is reported")
-            self.report.candidate_timing.median_ms = floor
+        median, note = timing.reported_ms(self.report.candidate_timing.median_ms, self.report.timing_check)
+        if note:
+            self.report.notes.append(note)
+            self.report.candidate_timing.median_ms = median
         ref, cand = self.report.reference_timing, self.report.candidate_timing
         if cand.median_ms > 0:
             self.report.speedup = round(ref.median_ms / cand.median_ms, 4)
@@ -369,15 +405,16 @@ class Evaluation:
             self.report.speedup_ci = [round(low, 4), round(high, 4)]
         self._roofline(cand)
 
-    def _round_size(self) -> int:
+    def _round_size(self) -> tuple[int, int]:
+        """Calls per timed round, and timed calls in all: ``iterations``, fewer where the inputs
+        are so large that staging them would take far longer than the calls."""
         probe = self._make(self.plan.fresh_keys(1), set(), [0])
         try:
-            import os
-
             nbytes = max(os.fstat(fd).st_size for fd in probe[0].inputs)
         finally:
             probe[0].close()
-        return max(1, min(MAX_ROUND_CALLS, ROUND_BYTES // max(nbytes, 1), -(-self.config.iterations // MIN_ROUNDS)))
+        target = max(MIN_ROUNDS, min(self.config.iterations, TIMED_BYTES // max(nbytes, 1)))
+        return max(1, min(MAX_ROUND_CALLS, ROUND_BYTES // max(nbytes, 1), -(-target // MIN_ROUNDS))), target
 
     def _timed_round_pair(self, count: int, reference: timing.Series | None, candidate: timing.Series | None, pair: int) -> None:
         checked = set(self.plan.checked(count, CHECKED_SHARE))
@@ -404,7 +441,7 @@ class Evaluation:
             record.wall_ms.append(wall)
             committed.append(commitments)
         if reveal:
-            revealed = self._reveal(round_id, reveal, stage)
+            revealed = self._reveal(round_id, [calls[i] for i in reveal], reveal, stage)
             self._judge([calls[i] for i in reveal], revealed, [committed[i] for i in reveal],
                         note="wrong on a call checked during timing, though correct on the trials: outputs that depend on "
                              "being timed, repeated or counted")
@@ -454,7 +491,7 @@ class Evaluation:
             round_id = self._next_round()
             self._stage(self.candidate, round_id, calls, "recheck")
             _, committed, _ = self._call(self.candidate, round_id, 0, calls[0], "recheck", flush=False)
-            revealed = self._reveal(round_id, [0], "recheck")
+            revealed = self._reveal(round_id, calls, [0], "recheck")
             self._drop(self.candidate, round_id)
             self._judge(calls, revealed, [committed], note="correct before timing, wrong on fresh inputs after many calls: state "
                         "that drifts across calls (counters, flags, cached buffers)?" if self.config.is_timed() else None)
@@ -539,21 +576,41 @@ class Evaluation:
             self.report.logs.append(LogExcerpt.of("candidate launcher", launcher, keep_chars=2000))
 
 
+def reveal_limit(call: Call, rank: int) -> int:
+    """The most bytes a revealed blob of ``call`` on ``rank`` may have: twice its inputs and the
+    reference's outputs (a wrong shape within that is still judged, and said, as wrong), plus room
+    for the header. A larger blob is refused before a byte of it is read: the parent would
+    otherwise copy whatever size a rank claims (a sealed memfd can be a hole of any size) into
+    its own memory (tests/fixtures/hostile/huge_sparse_reveal.py)."""
+    import os
+
+    expected = call.expected[rank] if rank < len(call.expected) else None
+    outputs = sum(math.prod(shape) * wire.ITEMSIZE.get(dtype, 16) for shape, dtype in zip(expected.shapes, expected.dtypes)) \
+        if expected is not None else MAX_REVEAL_BYTES // 2
+    return min(MAX_REVEAL_BYTES, 2 * (os.fstat(call.inputs[rank]).st_size + outputs) + 2**20)
+
+
 def _import_torch() -> None:
     import torch  # noqa: F401
 
 
-def reference_failure_message(failure: RankFailure) -> str:
+REFERENCE_LIMITS = (  # (text in the failure, what this machine or device mode lacks)
+    ("No module named 'triton'", "it needs triton, which is not installed here"),
+    ("Torch not compiled with CUDA", "it needs CUDA, and this torch has none"),
+    ("No CUDA GPUs are available", "it needs a GPU, and this machine has none"),
+    ("Found no NVIDIA driver", "it needs a GPU, and this machine has none"),
+    ("no CUDA-capable device", "it needs a GPU, and this machine has none"),
+    ("Cannot access accelerator device when none is available", "it needs a GPU, and this machine has none"),
+    ("ProcessGroupGloo", "gloo (the CPU backend) cannot run one of its collectives"),
+    ("gloo", "gloo (the CPU backend) cannot run one of its collectives"),
+)
+
+
+def reference_failure_message(failure: RankFailure, log: str = "") -> str:
     """What the reference could not do, in words: a limit of this machine or device mode where it
-    is one (CUDA or triton missing, a gloo restriction), else a harness or problem bug."""
-    text = f"{failure.message}\n{failure.text}"
-    limits = (("Torch not compiled with CUDA", "it needs CUDA, and this torch has none"),
-              ("No CUDA GPUs are available", "it needs a GPU, and this machine has none"),
-              ("Found no NVIDIA driver", "it needs a GPU, and this machine has none"),
-              ("No module named 'triton'", "it needs triton, which is not installed here"),
-              ("ProcessGroupGloo", "gloo (the CPU backend) cannot run one of its collectives"),
-              ("gloo", "gloo (the CPU backend) cannot run one of its collectives"))
-    for needle, why in limits:
+    is one (CUDA, a GPU or triton missing, a gloo restriction), else a harness or problem bug."""
+    text = f"{failure.message}\n{failure.text}\n{log}"
+    for needle, why in REFERENCE_LIMITS:
         if needle in text:
             return f"the problem's reference cannot run here: {why} ({failure.message}); run it where its hardware needs are met"
     return f"the reference failed on rank {failure.rank}: {failure.message} (a harness or problem bug)"

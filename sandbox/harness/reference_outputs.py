@@ -5,11 +5,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from problems.spec import Problem
+from problems.contract import Problem
 from sandbox.harness import messages as m
 from sandbox.harness.calls import Expected
 from sandbox.harness.groups import RankFailure, RankGroup, close_answers
-from sandbox.harness.judge import Verdict
+from sandbox.harness.verdict import Verdict
 from sandbox.harness.launch import reference_launcher
 from sandbox.harness.pipeline import reference_failure_message
 from sandbox.report import LogExcerpt
@@ -58,8 +58,8 @@ def _raise_failure(group: RankGroup, answers: list) -> None:
     for answer in answers:
         if isinstance(answer, RankFailure):
             close_answers(answers)
-            raise Verdict("crashed", reference_failure_message(answer),
-                          logs=[LogExcerpt.of(f"reference rank {answer.rank}", answer.text or group.rank_log(answer.rank))])
+            text = answer.text or group.rank_log(answer.rank)
+            raise Verdict("crashed", reference_failure_message(answer, text), logs=[LogExcerpt.of(f"reference rank {answer.rank}", text)])
 
 
 def _close(fd: int) -> None:

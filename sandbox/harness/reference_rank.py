@@ -109,10 +109,10 @@ class ReferenceServer(RankServer):
                 max_errs.append(float(diff.max()) if diff.numel() else 0.0)
                 rms_errs.append(float(diff.square().mean().sqrt()) if diff.numel() else 0.0)
                 kept.append(hi.to(self.hi_dtype))
-            else:
+            else:  # integers and booleans (indices, ranks, masks) must match the native run: upcasting reorders ties
                 max_errs.append(0.0)
                 rms_errs.append(0.0)
-                kept.append(hi)
+                kept.append(lo if self.problem.spec.upcast else hi)
         summary = {"outputs": len(native), "mutated": mutated, "shapes": [list(t.shape) for t in native_all],
                    "dtypes": [str(t.dtype).removeprefix("torch.") for t in native_all],
                    "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs),

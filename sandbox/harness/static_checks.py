@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+
+from sandbox.harness.verdict import Verdict
 
 COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter", "reduce_scatter_tensor",
@@ -36,18 +37,14 @@ FORBIDDEN_ATTRIBUTES = {
 }
 SYMM_MEM_PREBUILT = re.compile(r"^(_fused_|_low_contention_|_pipelined_|_multimem|one_shot|two_shot|multimem)")
 ASSIGNABLE = ("torch.backends.",)  # global switches a solution may set (precision is judged anyway)
-MULTICAST = re.compile(r"multimem|multicast|cuMulticast|NVLS", re.IGNORECASE)
+MULTICAST = re.compile(r"multimem|multicast|cuMulticast|NVLS", re.IGNORECASE)  # also refused in what ranks ask to compile
+MULTICAST_OFF = "NVLink multicast (multimem / cuMulticast / NVLS) is switched off on these machines"
 MAX_SOURCE_CHARS = 1_000_000
 NCCL_IN_CUDA = re.compile(r"\bnccl[A-Z]\w*\s*\(|#\s*include\s*[<\"]nccl")
 
 
-@dataclass(frozen=True)
-class Verdict:
-    status: str  # "ok", "build_failed" or "rejected"
-    message: str = ""
-
-
 def check_source(source: str, filename: str = "solution.py", allow_nccl: bool = False) -> Verdict:
+    """``ok``, ``build_failed`` (it does not parse) or ``rejected`` (it breaks a rule)."""
     if len(source) > MAX_SOURCE_CHARS:
         return Verdict("build_failed", f"{filename} is {len(source)} characters long; a solution may have at most {MAX_SOURCE_CHARS}")
     try:
@@ -144,7 +141,7 @@ def _check_node(node: ast.AST, aliases: dict[str, str], allow_nccl: bool) -> str
                     return f"assigning to {dotted} (a module's attribute) is not allowed"
     elif isinstance(node, ast.Constant) and isinstance(node.value, str):
         if MULTICAST.search(node.value):
-            return "NVLink multicast (multimem / cuMulticast / NVLS) is switched off on these machines"
+            return MULTICAST_OFF
         if not allow_nccl and NCCL_IN_CUDA.search(node.value):
             return "calling NCCL from CUDA is not allowed: write the communication yourself"
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "setdefault", "pop"):

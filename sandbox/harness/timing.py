@@ -128,6 +128,19 @@ def check_clock(candidate: Series, reference: Series, device: str) -> ClockCheck
     return check
 
 
+def reported_ms(claimed_ms: float, check: ClockCheck) -> tuple[float, str | None]:
+    """The candidate's reported time per call: its claimed median, unless that is below what the
+    parent's clock allows; then the clock's estimate (with a note saying so). Not the clock's lower
+    bound: that sits 3 standard errors below the estimate, so a rank that claims nothing would
+    read ref / (t - 3 SE) where it took t, a speedup without limit when the timings are noisy
+    (tests/fixtures/hostile/timed_claims_zero.py)."""
+    if claimed_ms >= check.clock_floor_ms:
+        return claimed_ms, None
+    reported = max(check.clock_estimate_ms, check.clock_floor_ms)
+    return reported, (f"the ranks' timings ({claimed_ms:.4f} ms per call) are less than the harness's clock allows (at least "
+                      f"{check.clock_floor_ms:.4f} ms); the clock's estimate, {reported:.4f} ms, is reported")
+
+
 def speedup_interval(reference: Series, candidate: Series, seed: int = 0) -> tuple[float, float]:
     """A 95% bootstrap interval of median(reference) / median(candidate), resampling the
     interleaved round pairs."""

@@ -22,7 +22,7 @@ import structlog
 
 from sandbox.harness import messages as m
 from sandbox.harness.groups import Answer, RankGroup
-from sandbox.harness.launch import candidate_launcher, reference_launcher
+from sandbox.harness.launch import candidate_launcher, packages_dir, reference_launcher
 
 log = structlog.get_logger(__name__)
 
@@ -57,8 +57,7 @@ def start_reference(world: int, device: str, problem_ref: str, dtype: str, shape
 
 def start_candidate(world: int, device: str, allow_nccl: bool, folder: Path, dtype: str, shape: dict[str, Any]) -> RankGroup:
     _fresh(folder)
-    for sub in ("tmp", "build"):
-        (folder / sub).mkdir()
+    (folder / "tmp").mkdir()
     config = {"mode": device, "dtype": dtype, "shape": shape, "store": str(folder / "store"), "collectives": allow_nccl}
     group = RankGroup("candidate", world, config, candidate_launcher(folder, device, "loopback" if allow_nccl else "none"), None)
     group.workdir = folder
@@ -132,6 +131,7 @@ class WarmGroups:
         if candidate is not None:
             candidate.close()
             shutil.rmtree(candidate.workdir, ignore_errors=True)
+            shutil.rmtree(packages_dir(candidate.workdir), ignore_errors=True)
         if reference is not None:
             if reference.healthy and reference.loaded and not reference.closed:
                 with self._lock:

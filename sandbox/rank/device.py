@@ -71,6 +71,9 @@ class RankDevice:
             self._sync = torch.cuda.synchronize
             self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device) if mode == "cuda" else None
         self.barrier = self._device_barrier() if self.cuda and mode == "cuda" and world > 1 else None
+        self._store, self._barriers = store, 0
+        if not collectives:
+            self._serve_barriers()
         self.overhead_ms = self._calibrate()
 
     # ---------------------------------------------------------------- timing primitives
@@ -103,6 +106,32 @@ class RankDevice:
     def _calibrate(self) -> float:
         samples = sorted(self.timed(lambda: None)[1] for _ in range(CALIBRATION_SAMPLES))
         return samples[len(samples) // 2]
+
+    def _serve_barriers(self) -> None:
+        """``dist.barrier()`` and ``dist.monitored_barrier()`` keep working in a run without
+        collectives (solutions use them to order setup across ranks): the device barrier where
+        there is one (stream-ordered, as NCCL's is), else the device drained and the ranks met
+        through the group's store."""
+
+        def barrier(group=None, async_op=False, device_ids=None, timeout=None, wait_all_ranks=False):
+            if self.barrier is not None:
+                self.barrier()
+            else:
+                self.synchronize()
+                self._host_barrier()
+            return None
+
+        self.dist.barrier = barrier
+        self.dist.monitored_barrier = barrier
+
+    def _host_barrier(self) -> None:
+        if self.world == 1:
+            return
+        self._barriers += 1
+        key = f"kloop/barrier/{self._barriers}"
+        if self._store.add(key, 1) == self.world:
+            self._store.set(f"{key}/open", b"1")
+        self._store.wait([f"{key}/open"])
 
     def _device_barrier(self):
         """A barrier kernel among the ranks on the current stream (torch symmetric memory's own),

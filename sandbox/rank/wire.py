@@ -33,6 +33,7 @@ MAX_FDS = 64
 MAX_TENSORS = 4096
 MAX_DIMS = 16
 MAX_TREE_DEPTH = 32
+MAX_GROUP_RANKS = 1024
 MAGIC = b"KLOOPBL1"
 ALIGN = 64
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -173,35 +174,36 @@ def read_sealed(fd: int, max_bytes: int) -> bytes:
 # ---------------------------------------------------------------------------- blobs
 def write_blob(tree: Any, tensors: list, name: str = "blob") -> int:
     """A sealed memfd holding ``tree`` (plain JSON with {"T": i} tensor references) and the bytes
-    of ``tensors`` (torch tensors, any device; copied to the CPU)."""
-    specs, chunks, keep, offset = [], [], [], 0
+    of ``tensors`` (torch tensors, any device), each copied once, straight into the memfd."""
+    import torch
+
+    specs, flats, offset = [], [], 0
     for tensor in tensors:
         flat = tensor.detach().contiguous().reshape(-1)
-        if flat.device.type != "cpu":
-            flat = flat.cpu()
         nbytes = flat.numel() * flat.element_size()
         specs.append({"dtype": dtype_name(flat.dtype), "shape": list(tensor.shape), "offset": offset, "nbytes": nbytes,
                       "requires_grad": bool(tensor.requires_grad)})
-        keep.append(flat)
-        chunks.append(_tensor_bytes(flat))
-        pad = -nbytes % ALIGN
-        if pad:
-            chunks.append(bytes(pad))
-        offset += nbytes + pad
+        flats.append(flat)
+        offset += nbytes + (-nbytes % ALIGN)
     header = json.dumps({"tree": tree, "tensors": specs}, separators=(",", ":"), allow_nan=False).encode()
     prefix = MAGIC + struct.pack("<Q", len(header)) + header
     prefix += bytes(-len(prefix) % ALIGN)
-    return _sealed_memfd(name, [prefix, *chunks])
-
-
-def _tensor_bytes(flat) -> memoryview:
-    """A view of a contiguous CPU tensor's bytes, without a copy (the caller keeps it alive)."""
-    import ctypes
-
-    nbytes = flat.numel() * flat.element_size()
-    if nbytes == 0:
-        return memoryview(b"")
-    return memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B")
+    fd = os.memfd_create(f"kloop-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        total = len(prefix) + offset
+        os.ftruncate(fd, total)
+        with mmap.mmap(fd, total, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) as region:
+            region[:len(prefix)] = prefix
+            for flat, spec in zip(flats, specs):
+                if spec["nbytes"]:
+                    target = torch.frombuffer(region, dtype=torch.uint8, count=spec["nbytes"], offset=len(prefix) + spec["offset"])
+                    target.copy_(flat.view(torch.uint8))
+                    del target
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class Blob:
@@ -334,9 +336,20 @@ def check_tree(tree: Any, tensor_count: int, depth: int = 0) -> None:
             raise WireError("a malformed dict")
         for _, item in value:
             check_tree(item, tensor_count, depth + 1)
-    elif kind in ("dtype", "group", "device"):
+    elif kind in ("dtype", "device"):
         if not isinstance(value, str) or len(value) > 64:
             raise WireError(f"a malformed {kind}")
+    elif kind == "group":
+        if value != "world" and not (isinstance(value, list) and 0 < len(value) <= MAX_GROUP_RANKS and all(_natural(r) for r in value)):
+            raise WireError("a malformed process group")
+    elif kind == "coo":
+        if not (isinstance(value, list) and len(value) == 3 and isinstance(value[2], list) and len(value[2]) <= MAX_DIMS
+                and all(_natural(d) for d in value[2])):
+            raise WireError("a malformed sparse tensor")
+        for item in value[:2]:
+            if not (isinstance(item, dict) and set(item) == {"T"}):
+                raise WireError("a malformed sparse tensor")
+            check_tree(item, tensor_count, depth + 1)
     elif kind == "module":
         _check_module(value, tensor_count, depth)
     else:
@@ -362,6 +375,12 @@ def encode_tree(obj: Any, tensors: list) -> Any:
     import torch
 
     if isinstance(obj, torch.Tensor):
+        if obj.layout == torch.sparse_coo:  # as its indices and values (coalesced), rebuilt on the other side
+            obj = obj.coalesce()
+            tensors.extend([obj.indices(), obj.values()])
+            return {"coo": [{"T": len(tensors) - 2}, {"T": len(tensors) - 1}, list(obj.shape)]}
+        if obj.layout != torch.strided:
+            raise WireError(f"tensors of layout {obj.layout} cannot cross the wire")
         tensors.append(obj)
         return {"T": len(tensors) - 1}
     if obj is None or isinstance(obj, (bool, int, str)):
@@ -386,6 +405,8 @@ def encode_tree(obj: Any, tensors: list) -> Any:
 
     if dist.is_initialized() and obj is dist.group.WORLD:
         return {"group": "world"}
+    if dist.is_initialized() and isinstance(obj, dist.ProcessGroup):  # made by an input generator: rebuilt rank-side
+        return {"group": [int(r) for r in dist.get_process_group_ranks(obj)]}
     raise WireError(f"a value of type {type(obj).__name__} cannot cross the wire")
 
 
@@ -438,10 +459,29 @@ def decode_tree(tree: Any, tensors: list) -> Any:
     if kind == "group":
         import torch.distributed as dist
 
-        if value != "world":
-            raise WireError("only the world process group can cross the wire")
-        return dist.group.WORLD
+        return dist.group.WORLD if value == "world" else subgroup(tuple(value))
+    if kind == "coo":
+        return torch.sparse_coo_tensor(tensors[value[0]["T"]], tensors[value[1]["T"]], size=value[2], check_invariants=True).coalesce()
     return _decode_module(value, tensors)
+
+
+_SUBGROUPS: dict[tuple[int, ...], Any] = {}
+
+
+def subgroup(ranks: tuple[int, ...]):
+    """The process group of ``ranks`` in this process, made once (by the ranks in it only) and
+    reused: groups an input generator made cross the wire as their rank lists."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise WireError("a process group crossed the wire to a process without torch.distributed")
+    if any(r >= dist.get_world_size() for r in ranks) or len(set(ranks)) != len(ranks):
+        raise WireError(f"a process group of ranks {list(ranks)[:16]} in a world of {dist.get_world_size()}")
+    if dist.get_rank() not in ranks:
+        return dist.GroupMember.NON_GROUP_MEMBER
+    if ranks not in _SUBGROUPS:
+        _SUBGROUPS[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
+    return _SUBGROUPS[ranks]
 
 
 def _decode_module(value: dict[str, Any], tensors: list):
@@ -482,6 +522,8 @@ def tree_tensors(tree: Any, tensors: list) -> list[int]:
                 found.append(value)
             elif kind in ("tuple", "size"):
                 walk(value)
+            elif kind == "coo":
+                walk(value[:2])
             elif kind == "dict":
                 for _, item in value:
                     walk(item)
@@ -495,23 +537,65 @@ def tree_tensors(tree: Any, tensors: list) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- commitments
-def tensor_checksum(tensor) -> int:
-    """An integer fixed by the tensor's bytes: the sum of its 32-bit words (and trailing bytes),
-    computed where the tensor lives. Deterministic on any device, so the parent can recompute it
-    from revealed bytes."""
+DIGEST_CHUNK_BYTES = 8 * 2**20
+_digest_pool = None
+_staging: dict[str, Any] = {}
+
+
+def tensor_digest(tensor) -> str:
+    """SHA-256 over the SHA-256s of the tensor's bytes in 8 MiB chunks (hashed in parallel; a
+    device tensor is first copied to a reused pinned buffer). A commitment must bind the bytes:
+    a sum of words did not. It is linear, so a rank could commit to outputs it had not made (the
+    word-sum of a concatenation is the sum of its parts' word-sums: an all-gather committed by
+    exchanging one number per rank, and computed only when asked to show it;
+    tests/fixtures/hostile/wordsum_commitment_forgery.py), and within a tolerance any sum can be
+    hit by nudging low bits."""
+    import hashlib
+
+    data = _host_bytes(tensor)
+    chunks = [data[i:i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)] or [data]
+    digests = list(_pool().map(lambda chunk: hashlib.sha256(chunk).digest(), chunks)) if len(chunks) > 1 else \
+        [hashlib.sha256(chunks[0]).digest()]
+    return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
+
+
+def _host_bytes(tensor) -> memoryview:
+    """The tensor's bytes on the host, without a copy when it is a contiguous CPU tensor."""
     import torch
 
     flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    whole = flat.numel() - flat.numel() % 4
-    total = int(flat[:whole].view(torch.int32).sum(dtype=torch.int64)) if whole else 0
-    if whole != flat.numel():
-        total += int(flat[whole:].sum(dtype=torch.int64))
-    return total % 2**64
+    if flat.device.type != "cpu":
+        buffer = _staging.get("pinned")
+        if buffer is None or buffer.numel() < flat.numel():
+            buffer = _staging["pinned"] = torch.empty(max(flat.numel(), 2**20), dtype=torch.uint8, pin_memory=True)
+        host = buffer[:flat.numel()]
+        host.copy_(flat)  # synchronous: the bytes are there when it returns
+        flat = host
+    return _tensor_bytes(flat)
+
+
+def _pool():
+    global _digest_pool
+    if _digest_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _digest_pool = ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 1))), thread_name_prefix="kloop-digest")
+    return _digest_pool
+
+
+def _tensor_bytes(flat) -> memoryview:
+    """A view of a contiguous CPU tensor's bytes, without a copy (the caller keeps it alive)."""
+    import ctypes
+
+    nbytes = flat.numel() * flat.element_size()
+    if nbytes == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B")
 
 
 def commitment(tensors: list) -> str:
-    """A short digest of ``tensors`` (dtypes, shapes and checksums), in order."""
+    """A short digest of ``tensors`` (dtypes, shapes and the SHA-256 of their bytes), in order."""
     import hashlib
 
-    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_checksum(t)] for t in tensors]
+    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_digest(t)] for t in tensors]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]

@@ -9,7 +9,9 @@ peers at the least; writing straight into peers' output buffers (or NVLink multi
 staging copies and the W-1 dependent steps of a ring.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="all_gather",

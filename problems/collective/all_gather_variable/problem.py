@@ -12,7 +12,9 @@ moves up to W times more than the data; a fast version moves each rank's rows on
 peer, at their final offsets.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="all_gather_variable",

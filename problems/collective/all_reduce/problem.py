@@ -7,7 +7,9 @@ Bandwidth-optimal algorithms move 2 (W-1)/W of the buffer per rank (reduce-scatt
 all-gather); one-shot algorithms trade bandwidth for latency on small buffers.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="all_reduce",

@@ -8,7 +8,9 @@ dimension; pure data movement, so the output must be bit-exact. Each rank sends 
 buffer; NVSwitch lets all W-1 transfers run at once.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="all_to_all",

@@ -9,7 +9,9 @@ to every peer: split into W chunks, each peer can relay its chunk to the others,
 sends more than (W-1)/W of the buffer.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="broadcast",

@@ -8,7 +8,9 @@ all ranks. A rank must send W-1 of its W row blocks away at the least, half the 
 all-reduce of the same buffer.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="reduce_scatter",

@@ -11,7 +11,9 @@ must send (W-1)/W of its buffer, and nobody else has the data); a fast version w
 block straight into its owner's output, all peers at once.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="scatter_from_root",

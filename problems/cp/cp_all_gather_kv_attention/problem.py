@@ -13,7 +13,9 @@ chunks that have already arrived (the local ones first: each query chunk needs k
 chunks at or before it).
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="cp_all_gather_kv_attention",

@@ -13,7 +13,9 @@ latency: a fast version convolves the interior while the halos are in flight, fu
 padding and the layout changes into the convolution, and reads and writes the shard once.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="cp_halo_exchange",

@@ -13,7 +13,9 @@ work of rank 0; what a fast version may change is how the work and traffic are s
 the result.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="ring_attention",

@@ -10,7 +10,9 @@ must be bit-exact. The layout change (a transpose of the head groups) can be fol
 transfers themselves instead of costing extra passes over memory.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="ulysses_all_to_all",

@@ -14,7 +14,9 @@ is the concatenation of the head groups, so each arriving group is one K-slice) 
 waiting for the whole exchange.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="ulysses_heads_to_sequence",

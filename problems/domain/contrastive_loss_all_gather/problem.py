@@ -14,7 +14,9 @@ an online log-sum-exp and never writes them, and overlaps the all-gather with th
 blocks that have already arrived.
 """
 
-from problems.spec import Cost, ProblemSpec, rank_generator
+from problems.authoring import rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="contrastive_loss_all_gather",

@@ -14,7 +14,9 @@ version fuses the FFTs with the packing and overlaps the exchange with the first
 channel. fp32 throughout (FFTs are not done in bf16); judged against an fp64 run.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="distributed_fft_transpose",

@@ -16,7 +16,9 @@ instead and merging the per-shard top-k lists moves far less, the optimisation a
 should find (the cost model counts the cheaper route).
 """
 
-from problems.spec import Cost, ProblemSpec, rank_generator
+from problems.authoring import rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="distributed_knn",

@@ -14,7 +14,9 @@ splitter choice is fine). The keys are fp32 (float keys sort by value; the harne
 fp64 sorts identically, so the judge is exact).
 """
 
-from problems.spec import Cost, ProblemSpec, rank_generator
+from problems.authoring import rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="distributed_sample_sort",

@@ -14,7 +14,9 @@ rows are the bulk of the traffic (hundreds of bytes each); a fast version reads 
 shards directly (one-sided gets) instead of the two-phase exchange.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 LOCAL_FRACTION = 0.25  # share of a rank's requests for nodes it owns itself
 HUB_FRACTION = 0.125  # share for the hub nodes, wanted by every rank

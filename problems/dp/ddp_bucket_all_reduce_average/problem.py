@@ -16,7 +16,9 @@ launches.
 
 import math
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="ddp_bucket_all_reduce_average",

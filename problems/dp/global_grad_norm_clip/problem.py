@@ -18,7 +18,9 @@ number off the host, and reads each gradient as few times as it can.
 
 import math
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="global_grad_norm_clip",

@@ -16,7 +16,9 @@ wrong update. A fast version fuses the gradient slice, the Adam math and the cas
 and overlaps the all-gather of early chunks with the update of later ones.
 """
 
-from problems.spec import Cost, ProblemSpec, adam_hparams, randn, rank_generator
+from problems.authoring import adam_hparams, randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="zero1_optimizer_step",

@@ -17,7 +17,9 @@ a fast version fuses the reduction, accumulation, AdamW and cast, and pipelines 
 reduce-scatter, update and all-gather over chunks.
 """
 
-from problems.spec import Cost, ProblemSpec, adam_hparams, randn, rank_generator
+from problems.authoring import adam_hparams, randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="zero2_reduce_scatter_step",

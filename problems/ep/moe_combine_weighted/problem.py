@@ -16,7 +16,9 @@ weighting it is memory-bound at the receiver; a fast version writes rows straigh
 source's buffer in (token, k) order and fuses the weighted sum into the receive.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
+from problems.authoring import randn, rank_generator, topk_routing
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="moe_combine_weighted",

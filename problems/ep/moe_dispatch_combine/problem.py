@@ -14,7 +14,9 @@ for the split sizes.
 
 from math import comb
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
+from problems.authoring import randn, rank_generator, topk_routing
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="moe_dispatch_combine",

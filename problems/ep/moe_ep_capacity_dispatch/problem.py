@@ -21,7 +21,9 @@ rows straight into the peers' receive buffers, and sends no padding.
 
 from math import ceil
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
+from problems.authoring import randn, rank_generator, topk_routing
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="moe_ep_capacity_dispatch",

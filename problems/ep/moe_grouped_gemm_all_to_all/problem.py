@@ -17,7 +17,9 @@ one grouped kernel, and sends a token once per destination rank rather than once
 
 from math import comb
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
+from problems.authoring import randn, rank_generator, topk_routing
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="moe_grouped_gemm_all_to_all",

@@ -17,7 +17,9 @@ each are latency-bound; the softmax and top-k over the logits are memory-bound. 
 reads the logits once and makes one small all-reduce.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="moe_load_balancing_loss",

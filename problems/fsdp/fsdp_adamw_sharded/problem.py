@@ -17,7 +17,9 @@ all-reduce into one multi-tensor pass and makes the norm pass one kernel.
 
 import math
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="fsdp_adamw_sharded",

@@ -14,7 +14,9 @@ starting the GEMM on the shards that have arrived (the local one first) while th
 still in flight.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="fsdp_all_gather_linear",

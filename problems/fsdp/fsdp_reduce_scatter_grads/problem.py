@@ -17,7 +17,9 @@ place and overlaps the reduction with the next block's backward.
 
 import math
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="fsdp_reduce_scatter_grads",

@@ -16,7 +16,9 @@ with both axes at least 2, so world sizes 4 and 8. A fast version overlaps both 
 GEMM, starting on the local pieces.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="fsdp_tp_2d_linear",

@@ -14,7 +14,9 @@ would give the same fp8 bytes, so it would add nothing): a wrong amax (a shard's
 weight's), a different scale formula or a truncating cast changes fp8 values and fails.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="fp8_all_gather_params",

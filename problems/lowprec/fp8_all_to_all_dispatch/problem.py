@@ -20,7 +20,9 @@ per-block scale, a truncating cast, a token sent once per expert or received in 
 fail.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator, topk_routing
+from problems.authoring import randn, rank_generator, topk_routing
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="fp8_all_to_all_dispatch",

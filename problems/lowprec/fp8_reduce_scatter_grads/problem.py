@@ -18,7 +18,9 @@ a term: a per-chunk or per-tensor scale, e4m3 instead of e5m2, a truncating cast
 rank fail.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 BLOCK = 128  # values per scaling block (numel is a multiple of world * BLOCK)
 

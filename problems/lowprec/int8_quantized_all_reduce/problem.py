@@ -21,7 +21,9 @@ arithmetic, and a wrong scale (128 instead of 127, one per chunk instead of per 
 truncation instead of rounding or a skipped requantization fail.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="int8_quantized_all_reduce",

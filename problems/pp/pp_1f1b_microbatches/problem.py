@@ -16,7 +16,9 @@ the same gradients. Every rank's data loader yields the same microbatches and ta
 first and last stages read them).
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="pp_1f1b_microbatches",

@@ -16,7 +16,9 @@ must be fast and overlapped. Every rank's data loader yields the same microbatch
 reads them).
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="pp_interleaved_virtual_stages",

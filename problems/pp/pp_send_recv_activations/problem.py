@@ -15,7 +15,9 @@ Every rank's data loader yields the same microbatch, as in Megatron (where the f
 stages load it); only rank 0 uses it.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="pp_send_recv_activations",

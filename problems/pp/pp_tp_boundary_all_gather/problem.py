@@ -16,7 +16,9 @@ shards go straight to the next stage, and overlap the boundary with the GEMMs. E
 loader yields the same microbatch (the first stage reads it).
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="pp_tp_boundary_all_gather",

@@ -11,7 +11,9 @@ GEMMs with a fixed dependency chain; how much of the communication hides behind 
 decides the step time. Weights are stored as in Megatron, [N/W, H] (output features first).
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="sp_column_parallel_backward",

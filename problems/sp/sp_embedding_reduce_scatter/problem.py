@@ -12,7 +12,9 @@ moves W times more than needed: each rank only has to fetch, from their owners, 
 its own S/W positions, and nobody needs to materialise the mostly-zero [S, B, H] buffer.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="sp_embedding_reduce_scatter",

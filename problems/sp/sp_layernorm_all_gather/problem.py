@@ -13,7 +13,9 @@ normalises rows straight into the peers' gather buffers and starts the GEMM on t
 that have arrived.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="sp_layernorm_all_gather",

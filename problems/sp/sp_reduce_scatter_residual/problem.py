@@ -13,7 +13,9 @@ pass over the partial sums. A fast version reduces each peer's block as it arriv
 normalises it in registers instead of round-tripping the sum through HBM three times.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="sp_reduce_scatter_residual",

@@ -9,7 +9,9 @@ arriving (Megatron's and TransformerEngine's userbuffers overlap, Flux's fused a
 GEMM), so a good kernel hides the all-gather behind the math.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="all_gather_gemm",

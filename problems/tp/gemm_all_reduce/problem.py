@@ -9,7 +9,9 @@ all-reduced [M, N] result. The GEMM and the all-reduce can overlap (tile by tile
 TensorRT-LLM's and Flux's fused GEMM + all-reduce), which hides most of the communication.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="gemm_all_reduce",

@@ -9,7 +9,9 @@ bound for each peer first and sending it while the next block is computed (Trans
 userbuffers, Flux's fused GEMM + reduce-scatter) hides the communication.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="gemm_reduce_scatter",

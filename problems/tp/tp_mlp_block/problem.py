@@ -12,7 +12,9 @@ per rank against one [T, H] all-reduce: a fast version hides the all-reduce behi
 GEMM, tile by tile, and fuses the SiLU gating into the GEMMs around it.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="tp_mlp_block",

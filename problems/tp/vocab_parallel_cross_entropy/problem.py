@@ -11,7 +11,9 @@ the big tensor (hundreds of MB): a good kernel reads them once (online max + sum
 replaces the three small, latency-bound all-reduces by one.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="vocab_parallel_cross_entropy",

@@ -11,7 +11,9 @@ push the rows it owns straight to the ranks that use them, half the bytes of a r
 and without the zero-filled intermediate.
 """
 
-from problems.spec import Cost, ProblemSpec, randn, rank_generator
+from problems.authoring import randn, rank_generator
+
+from problems.contract import Cost, ProblemSpec
 
 SPEC = ProblemSpec(
     name="vocab_parallel_embedding",

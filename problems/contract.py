@@ -1,21 +1,23 @@
-"""The problem contract: metadata, input generator and cost model of one problem.
+"""The problem contract: what a problem is (:class:`Problem`), its static description
+(:class:`ProblemSpec`) and its cost model (:class:`Cost`).
 
 A problem lives in ``problems/<category>/<name>/``:
 
 - ``reference.py`` defines ``solution(*inputs)``, the PyTorch + torch.distributed program the
   model sees. It runs on every rank.
 - ``problem.py`` defines ``SPEC`` (a :class:`ProblemSpec`), ``make_inputs(rank, world,
-  generator, device, dtype, **shape)`` and ``cost(world, dtype_bytes, **shape) -> Cost``.
+  generator, device, dtype, **shape)`` and ``cost(world, dtype_bytes, **shape) -> Cost``
+  (helpers for writing them: :mod:`problems.authoring`).
 - optionally ``oracle.py``: a hand-written fast solution.
+
+Loading one: :mod:`problems.loader`; finding one by name: :mod:`problems.registry`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -126,20 +128,6 @@ class Problem:
             digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
 
-    def input_signature(self, world: int, size: str, dtype: str) -> list[str] | None:
-        """``["bfloat16[33554432]", ...]`` for rank 0's inputs, without allocating them (None if
-        the generator cannot run on fake tensors, e.g. data-dependent shapes)."""
-        import torch
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        try:
-            with FakeTensorMode():
-                generator = torch.Generator().manual_seed(0)
-                inputs = self.make_inputs(0, world, generator, torch.device("cpu"), getattr(torch, dtype), **self.shape(size))
-        except Exception:  # noqa: BLE001 - best effort: the prompt then shows the shape parameters only
-            return None
-        return [describe_input(x) for x in inputs]
-
     def cost_at(self, world: int, size: str = "default", dtype: str | None = None) -> Cost:
         """The cost model at a named size, in the problem's dtype unless another is given."""
         return self.cost(world, DTYPE_BYTES[dtype or self.spec.dtype], **self.shape(size))
@@ -150,70 +138,5 @@ class Problem:
         return dict(self.spec.shapes[size])
 
 
-def describe_input(x) -> str:
-    """``bfloat16[4, 8]`` for a tensor, the same inside lists and tuples, ``repr`` for the rest."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
-    if isinstance(x, (list, tuple)) and not isinstance(x, torch.Size):
-        inner = ", ".join(describe_input(item) for item in x)
-        return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
-    return repr(x)
-
-
-def rank_generator(generator, rank: int):
-    """A generator for this rank's own data, derived from the trial's shared generator.
-
-    The harness seeds ``generator`` identically on every rank (so ranks can draw shared data
-    such as routing tables); per-rank data comes from this one."""
-    import torch
-
-    derived = torch.Generator(device=generator.device)
-    derived.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 7919 * (rank + 1)) % 2**63)
-    return derived
-
-
-def randn(shape, generator, device, dtype, scale: float = 1.0, mean: float = 0.0):
-    """Normal values drawn in fp32 (identical whatever the target dtype), then cast."""
-    import torch
-
-    values = torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
-    return (values * scale + mean).to(dtype)
-
-
-def topk_routing(generator, popularity, tokens: int, top_k: int):
-    """A top-k router's choices for ``tokens`` tokens: fp32 logits drawn from ``generator`` plus
-    the shared per-expert bias ``popularity`` ([experts]), then the top_k experts of each token.
-    Returns the expert ids ([tokens, top_k], int64) and their gate probabilities (the softmax of
-    the top_k logits, fp32, as routers compute it)."""
-    import torch
-
-    experts = popularity.shape[0]
-    router_logits = torch.randn((tokens, experts), generator=generator, device=popularity.device) + popularity
-    top_logits, expert_index = router_logits.topk(top_k, dim=-1)
-    return expert_index, torch.softmax(top_logits, dim=-1)
-
-
-def adam_hparams(generator, device):
-    """Hyper-parameters of the optimizer problems: [lr, beta1, beta2, eps, weight_decay] (fp32)
-    and the step count, drawn per call from the shared generator (the same on every rank)."""
-    import torch
-
-    u = torch.rand(6, generator=generator, device=device, dtype=torch.float64)
-    hparams = torch.stack((10 ** (-4 + u[0]), 0.85 + 0.1 * u[1], 0.95 + 0.049 * u[2], 10 ** (-8 + 2 * u[3]), 0.1 * u[4]))
-    return hparams.to(torch.float32), (1 + 300 * u[5]).to(torch.int64)  # early steps, where bias correction matters
-
-
-def load_module(path: Path, module_name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_problem(folder: Path) -> Problem:
-    module = load_module(folder / "problem.py", f"kloop_problem_{folder.name}")
-    return Problem(spec=module.SPEC, folder=folder, make_inputs=module.make_inputs, cost=module.cost, ref=f"folder:{folder}")
+class UnknownProblem(LookupError):
+    """No problem of that name; the message lists the closest names."""

@@ -1,0 +1,56 @@
+"""``kloop batch``: models x problems x samples, resumable; the leaderboard at the end."""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.cli.common import console, errors
+
+
+class Executor(str, enum.Enum):
+    local = "local"
+    ray = "ray"
+
+
+def command(
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG.yaml", show_default=False, help="the batch config (models, problems, samples, ...)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="the batch folder; the same folder again resumes", show_default=False)],
+    workers: Annotated[int | None, typer.Option(min=1, help="episodes at once (default: the config's, else GPUs // GPUs per episode, 2 on cpu)")] = None,
+    executor: Annotated[Executor, typer.Option(help="local (threads on this machine) or ray (tasks on a Ray cluster)")] = Executor.local,
+    filter_: Annotated[str | None, typer.Option("--filter", help="run only episodes whose id (model__problem__sN) matches this regex")] = None,
+    redo_failed: Annotated[bool, typer.Option(help="run again the episodes recorded as infrastructure failures")] = False,
+) -> None:
+    """Run a batch comparison: every model on every problem, SAMPLES times; results in OUT/results.jsonl,
+    metrics in OUT/summary.json, plots in OUT/report.html. Running it again resumes; kill -9 is safe."""
+    from agent.batch.config import load_config
+    from agent.batch.leaderboard import print_summary
+    from agent.batch.progress import BatchProgress
+    from agent.batch.report import write_html, write_summary
+    from agent.batch.runner import run_batch
+    from agent.cli.common import read_text
+
+    config = load_config(config_path)
+    text = read_text(config_path)
+    try:
+        outcome = run_batch(config, text, out, workers=workers, executor=executor.value, pattern=filter_, redo_failed=redo_failed,
+                            progress=BatchProgress(console))
+    except KeyboardInterrupt:
+        errors.print(f"interrupted: finished episodes are saved in {out}; run the same command again to resume")
+        os._exit(130)  # running episodes' threads are not waited for
+    summary = write_summary(out)
+    write_html([out], out / "report.html")
+    console.print()
+    print_summary(summary, console)
+    if outcome.stopped_by_cost:
+        console.print(f"[yellow]stopped at the spend cap of ${config.max_cost_usd:.2f}: {outcome.stopped_by_cost} episodes not run[/]")
+    console.print(f"results: {out / 'results.jsonl'}  summary: {out / 'summary.json'}  report: {out / 'report.html'}")
+    infra = outcome.outcomes.get("infra", 0)
+    if infra:
+        console.print(f"[magenta]{infra} episodes ended as infrastructure failures[/] (kept out of the scores; "
+                      f"--redo-failed runs them again)")
+    raise typer.Exit(3 if infra else 0)

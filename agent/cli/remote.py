@@ -1,0 +1,107 @@
+"""``kloop eval|run ... --server URL``: the same command, judged by a ``kloop serve`` elsewhere.
+
+The job is submitted, followed through its server-sent events, and printed as the local command
+prints it (the report; each step's line and the run's summary); the exit code is the local one.
+Ctrl-C cancels the job on the server.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+
+from agent.cli.common import console, errors
+from agent.errors import UserError
+
+
+def server_decides(sandbox, pkb_root, **local_only: Any) -> None:
+    """Options that choose where or how this machine would judge mean nothing to a server."""
+    from pathlib import Path
+
+    given = [name for name, value in (("--sandbox", sandbox.backend != "local"), ("--gpus", sandbox.gpus), ("--image", sandbox.image),
+                                      ("--pkb-root", pkb_root)) if value]
+    given += [f"--{name.replace('_', '-')}" for name, value in local_only.items()
+              if value not in (None, True, Path("runs"))]
+    if given:
+        raise UserError(f"{', '.join(given)}: the server decides these; leave them out with --server")
+
+
+@contextmanager
+def following(client, job_id: str):
+    """Ctrl-C while following a job cancels it on the server."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        errors.print(f"interrupted: cancelling job {job_id} on the server")
+        try:
+            job = client.cancel(job_id)
+            errors.print(f"job {job_id}: {job['status']}")
+        except UserError as error:
+            errors.print(f"could not cancel job {job_id}: {error}")
+        raise typer.Exit(130) from None
+
+
+def _ended_badly(job: dict[str, Any]) -> None:
+    if job["status"] in ("failed", "cancelled", "interrupted") and not job.get("result"):
+        raise UserError(f"job {job['id']} {job['status']}: {job.get('error') or 'no reason given'}")
+
+
+def remote_eval(server: str, body: dict[str, Any], filename: str, as_json: bool) -> None:
+    from sandbox.report import EvalReport
+    from service.client import ServiceClient
+
+    with ServiceClient(server) as client:
+        job_id = client.submit("evals", body)
+        with following(client, job_id):
+            if as_json:
+                job = client.follow(job_id)
+            else:
+                status = console.status(f"job {job_id} on {server}: queued", spinner="dots")
+                with status:
+                    job = client.follow(job_id, lambda type_, data: status.update(f"job {job_id} on {server}: {data['status']}")
+                                        if type_ == "status" else None)
+    _ended_badly(job)
+    if job["status"] != "done":
+        errors.print(f"job {job_id} {job['status']}: {job.get('error') or ''}")
+    report = EvalReport.model_validate(job["result"])
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        from agent.render import print_report
+
+        print_report(report, console)
+    raise typer.Exit(0 if report.correct else 1)
+
+
+def remote_run(server: str, body: dict[str, Any]) -> None:
+    from agent.render import step_line
+    from service.client import ServiceClient
+
+    steps = body["steps"] if body["mode"] == "loop" else 1
+    with ServiceClient(server) as client:
+        job_id = client.submit("runs", body)
+        console.print(f"[bold]{body['problem']}[/] with [bold]{body['model']}[/], {body['mode']} mode, world {body['world']} on "
+                      f"{body['device']}; job {job_id} on {server} ({server.rstrip('/')}/jobs/{job_id})")
+
+        def show(type_: str, data: dict[str, Any]) -> None:
+            if type_ == "step":
+                console.print(step_line(data, steps), highlight=False)
+            elif type_ == "status" and data.get("status") == "queued" and data.get("recovered"):
+                console.print(f"the server restarted; job {job_id} is queued again", highlight=False)
+
+        with following(client, job_id), console.status("working (model call, then evaluation)...", spinner="dots"):
+            job = client.follow(job_id, show)
+    _ended_badly(job)
+    summary = job.get("result") or {}
+    stats = summary.get("model_stats") or {}
+    cost = stats.get("instance_cost")
+    console.print(f"\n[bold]{summary.get('exit_status', job['status'])}[/]: {summary.get('message', job.get('error') or '')}")
+    console.print(f"{stats.get('api_calls', 0)} model calls, {stats.get('input_tokens', 0)} input + {stats.get('output_tokens', 0)} "
+                  f"output tokens, cost {f'${cost:.3f}' if cost is not None else 'unknown (no price for this model)'}, "
+                  f"{summary.get('wall_s') or 0:.0f} s")
+    if job["status"] != "done":
+        console.print(f"job {job_id} {job['status']}: {job.get('error') or ''}", highlight=False)
+    console.print(f"trajectory: {server.rstrip('/')}/v1/runs/{job_id}/trajectory")
+    raise typer.Exit(0 if summary.get("best") else 1)

@@ -1,0 +1,84 @@
+"""Evaluations a minute through the warm path: one long-lived harness (sandbox.evaluate.WarmEvaluator,
+``python -m sandbox.harness.serve``) judging the same small world-1 problem again and again, a
+fresh candidate rank group for each (started ahead, never reused), the reference's kept.
+
+Goal on one H200: <= 1 s per evaluation and >= 40 evaluations a minute (the first evaluation,
+which starts everything, is reported apart).
+
+    python benchmarks/throughput.py --device cuda --count 40 --out /tmp/throughput
+    python benchmarks/throughput.py --device cpu --count 5 --candidate tests/candidates/all_reduce_fp32.py --allow-nccl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, HarnessConfig, LocalSandbox, print_table
+
+GOAL_PER_MIN = 40.0
+GOAL_PER_EVAL_S = 1.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--problem", default="all_reduce")
+    parser.add_argument("--pkb-root", type=Path, help="for pkb:N problems")
+    parser.add_argument("--candidate", type=Path, default=ROOT / "tests/candidates/all_reduce_symm.py")
+    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda", "emulate"])
+    parser.add_argument("--world", type=int, default=1)
+    parser.add_argument("--count", type=int, default=40, help="evaluations after the first")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--timed", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--allow-nccl", action="store_true")
+    parser.add_argument("--out", type=Path, help="folder for throughput.json")
+    args = parser.parse_args(argv)
+
+    from problems import find_problem
+    from sandbox.evaluate import WarmEvaluator
+
+    problem = find_problem(args.problem, args.pkb_root)
+    config = HarnessConfig(problem=problem.name, problem_ref=problem.ref if args.problem.startswith("pkb:") else None,
+                           world=args.world, device=args.device, trials=args.trials, timed=args.timed, profile=args.profile,
+                           allow_nccl=args.allow_nccl)
+    source = args.candidate.read_text()
+    walls, statuses, harness = [], [], []
+    with tempfile.TemporaryDirectory(prefix="kloop-throughput-cache-") as cache:
+        with LocalSandbox(env={"KLOOP_CACHE_DIR": cache}) as box, WarmEvaluator(box) as warm:
+            for index in range(args.count + 1):
+                started = time.monotonic()
+                report = warm.evaluate(source, config)
+                walls.append(time.monotonic() - started)
+                statuses.append(report.status)
+                harness.append(report.stage_wall_s)
+                label = "first" if index == 0 else f"{index}/{args.count}"
+                print(f"evaluation {label}: {report.status} in {walls[-1]:.2f} s (stages {report.stage_wall_s})", flush=True)
+                if report.status != "correct":
+                    print(f"   {report.message[:300]}", flush=True)
+    warm_walls = walls[1:]
+    rows = [["first (starts everything)", 1, round(walls[0], 3), round(walls[0], 3), round(walls[0], 3), None]]
+    if warm_walls:
+        total = sum(warm_walls)
+        rows.append(["warm", len(warm_walls), round(statistics.median(warm_walls), 3), round(max(warm_walls), 3), round(total, 2),
+                     round(60.0 * len(warm_walls) / total, 1)])
+    print_table(f"throughput: {problem.name}, {args.candidate.name}, {args.device}, world {args.world}, {args.trials} trials"
+                f"{', timed' if args.timed else ''}{', profiled' if args.profile else ''} (goal <= {GOAL_PER_EVAL_S} s each, "
+                f">= {GOAL_PER_MIN:.0f}/min)", ["evaluations", "n", "median_s", "max_s", "total_s", "per_min"], rows)
+    correct = sum(s == "correct" for s in statuses)
+    print(f"{correct} of {len(statuses)} correct", flush=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "throughput.json").write_text(json.dumps({
+            "problem": problem.name, "device": args.device, "world": args.world, "walls_s": walls, "statuses": statuses,
+            "stages": harness, "per_min": rows[-1][-1], "median_s": rows[-1][2]}, indent=2))
+    return 0 if correct == len(statuses) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

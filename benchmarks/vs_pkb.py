@@ -1,0 +1,182 @@
+"""ParallelKernelBench's own harness against kloop, on the same candidate file, in one run.
+
+PKB: ``run_local.py --mode eval --trials T --measure-perf --nproc-per-node W`` (its two torchrun
+jobs per trial), the file copied into a solutions folder as ``<stem>_cuda.py``. kloop: ``kloop
+eval pkb:<id> FILE --world W --device cuda``. Each side runs cold (empty torch-extension cache,
+empty kloop cache) and then warm (the same caches again); the table gives every wall time and
+the ratios PKB / kloop (goal: warm >= 20x, cold >= 6x).
+
+    python benchmarks/vs_pkb.py --pkb-root .pkb --out /tmp/vs_pkb               # the H200 run
+    python benchmarks/vs_pkb.py --pkb-root .pkb --device cpu --world 2 --allow-nccl \\
+        --candidate tests/candidates/pkb_allreduce_cuda_helpers.py --skip-pkb        # kloop's side on CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from table import print_table  # noqa: E402
+
+GOALS = {"cold": 6.0, "warm": 20.0}
+
+
+def run(command: list[str], cwd: Path, env: dict[str, str], timeout_s: float, log: Path | None) -> dict:
+    started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        code = "timeout"
+        out, err = _stop(proc)
+    wall = round(time.monotonic() - started, 2)
+    if log is not None:
+        log.write_text(f"$ {' '.join(command)}\n(exit {code}, {wall} s)\n--- stdout\n{out}\n--- stderr\n{err}\n")
+    return {"exit": code, "wall_s": wall, "stdout": out, "stderr": err}
+
+
+def _stop(proc: subprocess.Popen) -> tuple[str, str]:
+    """End a run that took too long: an interrupt first (kloop and run_local then end what they
+    started: the harness, torchrun's workers), then a kill of its process group."""
+    for sig, grace in ((signal.SIGINT, 20.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            out, err = proc.communicate(timeout=grace)
+            return _text(out), _text(err)
+        except subprocess.TimeoutExpired:
+            continue
+    return "", ""
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+
+
+def pkb_run(root: Path, candidate: Path, stem: str, args, ext_dir: Path, label: str, out: Path | None) -> dict:
+    solutions = Path(tempfile.mkdtemp(prefix="pkb-solutions-"))
+    try:
+        shutil.copyfile(candidate, solutions / f"{stem}_cuda.py")
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext_dir)}
+        if shutil.which("torchrun") is None:  # run_local.py calls `torchrun`; the module is what it runs
+            launcher = solutions / "bin" / "torchrun"
+            launcher.parent.mkdir()
+            launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m torch.distributed.run \"$@\"\n")
+            launcher.chmod(0o755)
+            env["PATH"] = f"{launcher.parent}{os.pathsep}{env.get('PATH', '')}"
+        command = [sys.executable, "run_local.py", "--nproc-per-node", str(args.world), "--mode", "eval", "--problem", stem,
+                   "--solution", "cuda", "--solutions-dir", str(solutions), "--trials", str(args.trials), "--measure-perf"]
+        result = run(command, root, env, args.timeout_s, out / f"pkb_{label}.log" if out else None)
+    finally:
+        shutil.rmtree(solutions, ignore_errors=True)
+    text = result["stdout"]
+    result["status"] = ("correct" if result["exit"] == 0 and "all trials match" in text else
+                        "timeout" if result["exit"] == "timeout" else "failed")
+    speedups = [line.rsplit("speedup", 1)[1].strip() for line in text.splitlines() if "| speedup" in line]
+    result["detail"] = f"speedups {', '.join(speedups)}" if speedups else _last_line(result)
+    return result
+
+
+def kloop_run(root: Path, candidate: Path, ident: str, args, cache: Path, label: str, out: Path | None) -> dict:
+    env = {**os.environ, "KLOOP_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "agent", "eval", f"pkb:{ident}", str(candidate), "--pkb-root", str(root), "--world",
+               str(args.world), "--device", args.device, "--trials", str(args.trials), "--json"]
+    if args.allow_nccl:
+        command.append("--allow-nccl")
+    result = run(command, ROOT, env, args.timeout_s, out / f"kloop_{label}.log" if out else None)
+    try:
+        report = json.loads(result["stdout"])
+    except ValueError:
+        result.update(status="timeout" if result["exit"] == "timeout" else "failed", detail=_last_line(result))
+        return result
+    result["status"] = report["status"]
+    result["harness_s"] = report.get("wall_s")
+    result["stages"] = report.get("stage_wall_s")
+    speedup = report.get("speedup")
+    ci = report.get("speedup_ci")
+    result["detail"] = (f"speedup {speedup:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") if speedup
+                        else report.get("message", "")[:120])
+    return result
+
+
+def _last_line(result: dict) -> str:
+    lines = [line for line in (result["stderr"] + "\n" + result["stdout"]).splitlines() if line.strip()]
+    return lines[-1][:160] if lines else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pkb-root", type=Path, default=Path(os.environ.get("KLOOP_PKB_ROOT") or ROOT / ".pkb"))
+    parser.add_argument("--problem", default="1", help="PKB problem id or stem")
+    parser.add_argument("--candidate", type=Path, default=ROOT / "benchmarks/candidates/pkb_allreduce_copy_cuda.py")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu", "emulate"])
+    parser.add_argument("--world", type=int, default=1)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--warm-runs", type=int, default=1)
+    parser.add_argument("--allow-nccl", action="store_true")
+    parser.add_argument("--skip-pkb", action="store_true", help="time kloop only (PKB's harness needs CUDA and torchrun)")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="per run")
+    parser.add_argument("--out", type=Path, help="folder for the JSON and the logs of every run")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT))
+    from problems.pkb import checkout_root, resolve_stem
+
+    root = checkout_root(args.pkb_root)
+    stem = resolve_stem(root, args.problem)
+    candidate = args.candidate.resolve()
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    labels = ["cold", *(f"warm {i}" if args.warm_runs > 1 else "warm" for i in range(1, args.warm_runs + 1))]
+    rows, results = [], {"pkb": {}, "kloop": {}}
+    with tempfile.TemporaryDirectory(prefix="vs-pkb-") as tmp:
+        ext_dir, cache = Path(tmp) / "torch_extensions", Path(tmp) / "kloop_cache"
+        for label in labels:
+            tag = label.replace(" ", "")
+            if not args.skip_pkb:
+                result = pkb_run(root, candidate, stem, args, ext_dir, tag, args.out)
+                results["pkb"][label] = result
+                rows.append(["ParallelKernelBench run_local", label, result["wall_s"], None, result["status"], result["detail"]])
+                print(f"pkb {label}: {result['status']} in {result['wall_s']} s", flush=True)
+            result = kloop_run(root, candidate, stem, args, cache, tag, args.out)
+            results["kloop"][label] = result
+            rows.append(["kloop eval", label, result["wall_s"], result.get("harness_s"), result["status"], result["detail"]])
+            print(f"kloop {label}: {result['status']} in {result['wall_s']} s", flush=True)
+    ratios = []
+    for label in labels:
+        pkb, kloop = results["pkb"].get(label), results["kloop"].get(label)
+        if pkb and kloop and kloop["wall_s"]:
+            ratio = pkb["wall_s"] / kloop["wall_s"]
+            goal = GOALS["cold" if label == "cold" else "warm"]
+            ratios.append({"run": label, "ratio": round(ratio, 2), "goal": goal, "met": ratio >= goal,
+                           "both_correct": pkb["status"] == kloop["status"] == "correct"})
+    print_table(f"ParallelKernelBench vs kloop: {stem}, {candidate.name}, world {args.world}, {args.device}, {args.trials} trials",
+                ["harness", "run", "wall_s", "harness_s", "status", "detail"], rows)
+    if ratios:
+        print_table("wall-time ratio PKB / kloop (goal: cold >= 6x, warm >= 20x)", ["run", "ratio", "goal", "met", "both correct"],
+                    [[r["run"], r["ratio"], r["goal"], "yes" if r["met"] else "no", "yes" if r["both_correct"] else "NO"]
+                     for r in ratios])
+    if args.out:
+        slim = {side: {label: {k: v for k, v in r.items() if k not in ("stdout", "stderr")} for label, r in runs.items()}
+                for side, runs in results.items()}
+        (args.out / "vs_pkb.json").write_text(json.dumps({"problem": stem, "candidate": str(candidate), "world": args.world,
+                                                          "device": args.device, "runs": slim, "ratios": ratios}, indent=2))
+    return 0 if all(r["status"] == "correct" for r in results["kloop"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Helpers for writing a problem's ``make_inputs``: per-rank generators and the random draws
+several problems share. What a problem must define is in :mod:`problems.contract`."""
+
+from __future__ import annotations
+
+
+def rank_generator(generator, rank: int):
+    """A generator for this rank's own data, derived from the trial's shared generator.
+
+    The harness seeds ``generator`` identically on every rank (so ranks can draw shared data
+    such as routing tables); per-rank data comes from this one."""
+    import torch
+
+    derived = torch.Generator(device=generator.device)
+    derived.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 7919 * (rank + 1)) % 2**63)
+    return derived
+
+
+def randn(shape, generator, device, dtype, scale: float = 1.0, mean: float = 0.0):
+    """Normal values drawn in fp32 (identical whatever the target dtype), then cast."""
+    import torch
+
+    values = torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
+    return (values * scale + mean).to(dtype)
+
+
+def topk_routing(generator, popularity, tokens: int, top_k: int):
+    """A top-k router's choices for ``tokens`` tokens: fp32 logits drawn from ``generator`` plus
+    the shared per-expert bias ``popularity`` ([experts]), then the top_k experts of each token.
+    Returns the expert ids ([tokens, top_k], int64) and their gate probabilities (the softmax of
+    the top_k logits, fp32, as routers compute it)."""
+    import torch
+
+    experts = popularity.shape[0]
+    router_logits = torch.randn((tokens, experts), generator=generator, device=popularity.device) + popularity
+    top_logits, expert_index = router_logits.topk(top_k, dim=-1)
+    return expert_index, torch.softmax(top_logits, dim=-1)
+
+
+def adam_hparams(generator, device):
+    """Hyper-parameters of the optimizer problems: [lr, beta1, beta2, eps, weight_decay] (fp32)
+    and the step count, drawn per call from the shared generator (the same on every rank)."""
+    import torch
+
+    u = torch.rand(6, generator=generator, device=device, dtype=torch.float64)
+    hparams = torch.stack((10 ** (-4 + u[0]), 0.85 + 0.1 * u[1], 0.95 + 0.049 * u[2], 10 ** (-8 + 2 * u[3]), 0.1 * u[4]))
+    return hparams.to(torch.float32), (1 + 300 * u[5]).to(torch.int64)  # early steps, where bias correction matters

@@ -1,0 +1,95 @@
+"""Timing claims from a hostile rank, at the level of the numbers (sandbox/harness/timing.py): the
+end-to-end fixtures (tests/fixtures/hostile/timed_claims_zero.py and friends) depend on how noisy
+the machine is; these do not."""
+
+import random
+
+from sandbox.harness import timing
+
+
+def _series(claims, walls, overhead=0.01, rounds=4):
+    series = timing.Series([overhead, overhead])
+    per = len(claims) // rounds
+    for r in range(rounds):
+        record = timing.Round(stage_ms=1.0)
+        for claim, wall in list(zip(claims, walls))[r * per:(r + 1) * per]:
+            record.claimed_ms.append([claim, claim])
+            record.wall_ms.append(wall)
+        series.rounds.append(record)
+    return series
+
+
+def _noisy_reference(true_ms, noise_ms, n=48, seed=1):
+    rng = random.Random(seed)
+    walls = [true_ms + 2.0 + rng.uniform(0, noise_ms) for _ in range(n)]
+    return _series([true_ms] * n, walls)
+
+
+def test_a_claim_below_the_clock_reads_as_the_clock_estimate_not_its_lower_bound():
+    """A rank that claims a sliver of what it took, on a machine noisy enough that the claim
+    passes: it used to be reported at the clock's 3-standard-error lower bound (so that
+    ref / bound was a speedup without limit); now at the clock's estimate."""
+    reference = _noisy_reference(true_ms=5.0, noise_ms=12.0)
+    rng = random.Random(2)
+    liar = _series([2.5] * 48, [5.0 + 2.0 + rng.uniform(0, 12.0) for _ in range(48)])  # took 5 ms, claims 2.5
+    check = timing.check_clock(liar, reference, "cpu")  # passes: the noise hides the lie
+    claimed = timing.statistics.median(liar.steps())
+    assert claimed < check.clock_floor_ms < check.clock_estimate_ms, check
+    reported, note = timing.reported_ms(claimed, check)
+    assert reported == check.clock_estimate_ms and "less than the harness's clock allows" in note
+    reference_ms = timing.statistics.median(reference.steps())
+    assert reference_ms / check.clock_floor_ms > 1.7  # what the lower bound made of equal work
+    assert reference_ms / reported < 1.0  # equal work, read on the parent's clock
+
+
+def test_an_honest_claim_is_reported_as_claimed():
+    reference = _noisy_reference(true_ms=5.0, noise_ms=1.0)
+    honest = _noisy_reference(true_ms=5.0, noise_ms=1.0, seed=3)
+    check = timing.check_clock(honest, reference, "cpu")
+    claimed = timing.statistics.median(honest.steps())
+    assert timing.reported_ms(claimed, check) == (claimed, None)
+
+
+def test_claiming_more_time_than_passed_is_rejected():
+    reference = _noisy_reference(true_ms=5.0, noise_ms=1.0)
+    greedy = _series([50.0] * 48, [8.0] * 48)
+    try:
+        timing.check_clock(greedy, reference, "cpu")
+    except timing.TimingRejected as rejected:
+        assert "only" in str(rejected) and "passed" in str(rejected)
+    else:
+        raise AssertionError("a claim beyond the parent's clock was accepted")
+
+
+def test_claiming_nothing_on_a_quiet_machine_is_rejected():
+    reference = _noisy_reference(true_ms=5.0, noise_ms=0.5)
+    liar = _series([0.0] * 48, [7.0 + 0.5 * (i % 5) / 5 for i in range(48)])
+    try:
+        timing.check_clock(liar, reference, "cpu")
+    except timing.TimingRejected as rejected:
+        assert "disagrees" in str(rejected)
+    else:
+        raise AssertionError("a zero claim for a 5 ms call was accepted")
+
+
+def test_a_ranks_words_render_inert():
+    """What a rank says reaches the terminal through the verdict: no escape sequence, no markup
+    (tests/fixtures/hostile/log_flood_and_escapes.py end to end)."""
+    import io
+
+    from rich.console import Console
+
+    from agent.render import print_report, step_line
+    from sandbox.report import EvalReport, RankVerdict, inert
+
+    nasty = "\x1b[2J\x1b]52;c;cHduZWQ=\x07[bold red]markup[/bold red] [link=http://evil.example]x[/link]"
+    report = EvalReport(status="crashed", message=f"rank 0 crashed: {inert(nasty)}", problem="all_reduce", world=2, device="cpu",
+                        dtype="bfloat16", size="small", ranks=[RankVerdict(rank=0, ok=False, message=inert(nasty))])
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=False, color_system=None, width=300)
+    print_report(report, console)
+    console.print(step_line({"step": 1, "status": "crashed", "speedup": None, "tokens": 0, "cost_usd": 0.0, "wall_s": 1.0,
+                             "message": nasty}, 2), highlight=False)
+    shown = buffer.getvalue()
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert shown.count("[bold red]markup[/bold red]") == 3  # shown as written, in the message, the rank table and the step line
