@@ -56,6 +56,7 @@ ROUND_BYTES = 2 * 2**30  # a round's inputs, per rank, at most (each call has it
 TIMED_BYTES = 2**30  # all timed calls' inputs, per rank and group: large calls are timed fewer times (MIN_ROUNDS at least)
 MAX_ROUND_CALLS = 16
 MIN_ROUNDS = 4  # timed rounds per group at the least (the speedup's interval resamples them)
+CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candidate is rejected
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
 MAX_REVEAL_BYTES = 64 * 2**30
@@ -375,23 +376,20 @@ class Evaluation:
         self.report.notes.append(f"stress: {done} back-to-back calls on fresh inputs, all outputs checked")
 
     def _performance(self) -> None:
-        config = self.config
+        """Interleaved timed rounds, checked against the parent's clock. A check that fails is
+        timed once more from scratch: a busy machine can push one series of honest calls past the
+        bound, but work hidden from the timer is hidden both times (the verdict is then rejected)."""
         size, target = self._round_size()
-        reference = timing.Series(self.reference.overheads)
-        candidate = timing.Series(self.candidate.overheads)
-        deadline = time.monotonic() + config.timing_budget_s
-        self._timed_round_pair(min(max(config.warmup, 1), size), None, None, 0)  # warm-up: kept out of the numbers
-        pair = 0
-        while True:
-            pair += 1
-            self._timed_round_pair(size, reference, candidate, pair)
-            calls_done = sum(len(r.wall_ms) for r in candidate.rounds)
-            if pair >= MIN_ROUNDS and (calls_done >= target or (time.monotonic() > deadline and calls_done >= 10)):
+        self._timed_round_pair(min(max(self.config.warmup, 1), size), None, None, 0)  # warm-up: kept out of the numbers
+        for attempt in range(CLOCK_ATTEMPTS):
+            reference, candidate = self._timed_series(size, target)
+            try:
+                self.report.timing_check = timing.check_clock(candidate, reference, self.config.device)
                 break
-        try:
-            self.report.timing_check = timing.check_clock(candidate, reference, config.device)
-        except timing.TimingRejected as rejected:
-            raise Verdict("rejected", str(rejected)) from None
+            except timing.TimingRejected as rejected:
+                if attempt + 1 == CLOCK_ATTEMPTS:
+                    raise Verdict("rejected", f"{rejected} (in each of {CLOCK_ATTEMPTS} separate timings)") from None
+                self.report.notes.append(f"timing repeated: the first timing failed the clock check ({rejected})")
         self.report.reference_timing = self._timing(reference)
         self.report.candidate_timing = self._timing(candidate)
         median, note = timing.reported_ms(self.report.candidate_timing.median_ms, self.report.timing_check)
@@ -404,6 +402,18 @@ class Evaluation:
             low, high = timing.speedup_interval(reference, candidate)
             self.report.speedup_ci = [round(low, 4), round(high, 4)]
         self._roofline(cand)
+
+    def _timed_series(self, size: int, target: int) -> tuple[timing.Series, timing.Series]:
+        reference = timing.Series(self.reference.overheads)
+        candidate = timing.Series(self.candidate.overheads)
+        deadline = time.monotonic() + self.config.timing_budget_s
+        pair = 0
+        while True:
+            pair += 1
+            self._timed_round_pair(size, reference, candidate, pair)
+            calls_done = sum(len(r.wall_ms) for r in candidate.rounds)
+            if pair >= MIN_ROUNDS and (calls_done >= target or (time.monotonic() > deadline and calls_done >= 10)):
+                return reference, candidate
 
     def _round_size(self) -> tuple[int, int]:
         """Calls per timed round, and timed calls in all: ``iterations``, fewer where the inputs
