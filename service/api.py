@@ -181,8 +181,10 @@ def create_app(service: Service) -> FastAPI:
         job = find(job_id)
         if job.kind != "run":
             raise HTTPException(404, f"job {job_id} is a {job.kind}, not a run")
-        path = service.folder(job) / "trajectory.json"
-        if not path.exists():
+        from agent.trajectory import find_trajectory
+
+        path = find_trajectory(service.folder(job))
+        if not path.is_file():
             raise HTTPException(404, f"run {job_id} has no trajectory yet (status {job.status})")
         return JSONResponse(json.loads(path.read_text()))
 

@@ -113,7 +113,7 @@ def run_eval(job: Job, control: JobControl, evaluations: Evaluations) -> dict[st
 
 def run_agent(job: Job, control: JobControl, evaluations: Evaluations, model_slots: threading.BoundedSemaphore, folder: Path,
               request: RunRequest | None = None) -> dict[str, Any]:
-    """One agent run in ``folder`` (the run folder: trajectory.json, steps/, best/, summary.json);
+    """One agent run in ``folder`` (the run folder: trajectory.traj.json, steps/, best/, summary.json);
     each step's record goes out as a ``step`` event. Cancelled: the run ends as the loop ends an
     interrupted one (its trajectory and summary written) and JobCancelled goes on up."""
     from agent.budget import Budget
@@ -147,8 +147,10 @@ def run_result(folder: Path) -> dict[str, Any] | None:
     summary = folder / "summary.json"
     if summary.exists():
         return json.loads(summary.read_text())
-    trajectory = folder / "trajectory.json"
-    if not trajectory.exists():
+    from agent.trajectory import find_trajectory
+
+    trajectory = find_trajectory(folder)
+    if not trajectory.is_file():
         return None
     info = json.loads(trajectory.read_text()).get("info", {})
     return {"partial": True, "exit_status": info.get("exit_status"), "steps": info.get("steps", []), "best": info.get("best"),

@@ -64,8 +64,10 @@ def run_steps(folder: Path) -> list[StepView]:
     """Each step of the run in ``folder``: the answer, its diff from the previous step's solution,
     the verdict and the feedback that went back."""
     feedback: dict[int, str] = {}
-    trajectory = folder / "trajectory.json"
-    if trajectory.exists():
+    from agent.trajectory import find_trajectory
+
+    trajectory = find_trajectory(folder)
+    if trajectory.is_file():
         try:
             messages = json.loads(trajectory.read_text()).get("messages", [])
         except ValueError:

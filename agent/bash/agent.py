@@ -27,7 +27,7 @@ from agent.prompting import task_options, task_prompt
 from agent.providers import Message, Model, ModelResponse, ProviderError
 from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
-from problems.spec import Problem
+from problems.contract import Problem
 from prompts import render
 from sandbox.report import EvalReport
 

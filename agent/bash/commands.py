@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from agent.bash.config import BashSettings
 from agent.errors import UserError
 from agent.run_config import harness_config
-from problems.spec import Problem
+from problems.contract import Problem
 from prompts import render
 from sandbox.backends import Sandbox
 from sandbox.evaluate import evaluate_in

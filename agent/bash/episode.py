@@ -23,7 +23,7 @@ from agent.providers import Model
 from agent.run_config import RunConfig, SandboxSettings
 from agent.session import EvaluationSession
 from agent.trajectory import Trajectory
-from problems.spec import Problem
+from problems.contract import Problem
 from sandbox.backends import open_sandbox
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport

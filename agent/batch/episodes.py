@@ -98,7 +98,7 @@ def select_problems(selectors: list[str], pkb_root: Path | None = None) -> list[
     """``(selector, Problem)`` for every problem the config names, in order, each once:
     names, ``category:<cat>``, ``pkb:<id or name>``, ``pkb:all`` and ``all`` (the suite)."""
     from problems import UnknownProblem, all_problems, find_problem
-    from problems.spec import CATEGORIES
+    from problems.contract import CATEGORIES
 
     chosen: dict[str, tuple[str, Any]] = {}
     for selector in selectors:

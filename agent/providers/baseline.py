@@ -10,12 +10,12 @@ the same answer, free; an oracle asked of a problem without one is :class:`Basel
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent.providers.base import FatalProviderError, Message, ModelResponse, ToolSpec, Usage
 
 if TYPE_CHECKING:
-    from problems.spec import Problem
+    from problems.contract import Problem
 
 BASELINES = ("reference", "oracle")
 
@@ -46,7 +46,8 @@ class BaselineModel:
         what = "the problem's own reference program" if kind == "reference" else "the problem's hand-written oracle"
         self.text = f"The {kind} baseline: {what}, unchanged.\n\n```python\n{source.rstrip()}\n```\n"
 
-    def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None) -> ModelResponse:
+    def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None, *, deadline: float | None = None,
+                 progress: Any = None) -> ModelResponse:
         started = time.monotonic()
         return ModelResponse(text=self.text, finish_reason="stop", usage=Usage(), cost_usd=0.0, model=self.spec,
                              latency_s=time.monotonic() - started)
