@@ -55,7 +55,7 @@ def test_every_episode_is_recorded_once_and_killed_ones_run_again(batch):
     assert len(list((out / "episodes").glob("*.json"))) == 6
     assert f"{len(batch['before'])} already done" in batch["resumed"].stdout
     for r in records:
-        assert (out / r["run_dir"] / "trajectory.json").exists()
+        assert (out / r["run_dir"] / "trajectory.traj.json").exists()
 
 
 def test_outcomes_are_what_the_models_do(batch):
