@@ -67,8 +67,9 @@ class Spend(BaseModel):
         return None if budget.max_run_wall_s is None else self.started_at + budget.max_run_wall_s
 
     def add(self, response: ModelResponse) -> None:
-        """Count an answered call's tokens and cost (the caller counts ``steps``)."""
+        """Count an answered call: one step, its tokens and its cost."""
         usage = response.usage
+        self.steps += 1
         self.input_tokens += usage.input_tokens
         self.output_tokens += usage.output_tokens
         self.cached_input_tokens += usage.cached_input_tokens
