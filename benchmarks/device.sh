@@ -3,6 +3,7 @@
 # carry `.whl`, the wheels the machine lacks). Each part runs under its own time limit; full logs
 # under $OUT, the lines that matter on stdout. A device call is at most 10 minutes: pick parts.
 #   gpu_tests                 tests/test_gpu.py: symmetric-memory candidate, races, cuda mode, compile errors
+#   bash_gpu                  tests/test_bash_gpu.py: bash mode, scripted:bash-demo-cuda in emulate (world 2) and cuda (world 1)
 #   oracles_w4 / oracles_w8   every oracle in emulation, 500 back-to-back calls
 #   oracles_racy              every oracle without its trailing barrier, worlds 4 and 8
 #   oracles_extra             two-shot all-reduce forced at 4 and 8; several blocks a rank
@@ -40,6 +41,7 @@ part() {
 for name in "$@"; do
   case $name in
     gpu_tests) part "$name" 480 $PYTEST tests/test_gpu.py ;;
+    bash_gpu) part "$name" 560 $PYTEST tests/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
     oracles_w4) part "$name" 300 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -4]" ;;
     oracles_w8) part "$name" 420 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -8]" ;;
     oracles_racy) part "$name" 240 env KLOOP_ORACLE_STRESS_CALLS=100 $ORACLES -k "trailing_barrier" ;;

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Callable
 
 from filelock import FileLock
 
@@ -114,8 +115,10 @@ def _run_compiler(cmd: list[str], build_dir: Path, what: str, extra_read: list[s
     return output
 
 
-def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = None, cache_dir: Path | None = None) -> Path:
-    """Compile ``source`` with nvcc to a cubin for ``arch``; returns the cached file."""
+def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = None, cache_dir: Path | None = None,
+                on_built: Callable[[Path], None] | None = None) -> Path:
+    """Compile ``source`` with nvcc to a cubin for ``arch``; returns the cached file. ``on_built``
+    is called with it, under the build's lock, when this call built it (not on a cache hit)."""
     arch = normalize_arch(arch or default_arch())
     options = tuple(str(o) for o in options)
     for option in options:
@@ -137,7 +140,25 @@ def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = N
                    "-lineinfo", *options, "-o", "kernel.cubin", "kernel.cu"]
             _run_compiler(cmd, build_dir, "nvcc")
             os.replace(build_dir / "kernel.cubin", target)
+            if on_built is not None:
+                on_built(target)
     return target
+
+
+def preprocess_cuda(source: str, options: tuple[str, ...] = (), cache_dir: Path | None = None) -> str:
+    """``source`` after nvcc's preprocessor (macros expanded, includes inlined), for checks that
+    must see what the compiler will see; built in a scratch folder, nothing cached."""
+    options = tuple(str(o) for o in options)
+    for option in options:
+        if not option.startswith(NVCC_OPTIONS_ALLOWED):
+            raise CompileError(f"nvcc option {option!r} is not allowed; allowed prefixes: {' '.join(NVCC_OPTIONS_ALLOWED)}")
+    cache_dir = cache_dir or compile_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="preprocess-", dir=cache_dir) as tmp:
+        build_dir = Path(tmp)
+        (build_dir / "kernel.cu").write_text(source)
+        _run_compiler([find_nvcc(), "-E", "-std=c++17", *options, "-o", "kernel.ii", "kernel.cu"], build_dir, "nvcc -E")
+        return (build_dir / "kernel.ii").read_text(errors="replace")
 
 
 def build_extension(
@@ -151,8 +172,10 @@ def build_extension(
     extra_include_paths: tuple[str, ...] = (),
     arch: str | None = None,
     cache_dir: Path | None = None,
+    on_built: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Build a torch C++/CUDA extension (``load_inline`` semantics); returns the cached .so."""
+    """Build a torch C++/CUDA extension (``load_inline`` semantics); returns the cached .so
+    (``on_built`` as for :func:`build_cubin`)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise CompileError(f"extension name {name!r} must be a Python identifier")
     arch = normalize_arch(arch or default_arch())
@@ -179,4 +202,6 @@ def build_extension(
             _run_compiler(cmd, build_dir, "extension build", extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
             target.parent.mkdir(exist_ok=True)
             os.replace(build_dir / f"{module_name}.so", target)
+            if on_built is not None:
+                on_built(target)
     return target

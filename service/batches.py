@@ -25,10 +25,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent.run_config import RunMode
 from sandbox.harness.config import DeviceMode
+from agent.batch.metrics import pass_at_k
 from service.control import JobControl
-from service.models import Budgets, RunRequest
+from service.models import Budgets, RunRequest, ServiceRunMode
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 MAX_EPISODES = 2000
@@ -48,11 +48,12 @@ class BatchConfig(BaseModel):
     problems: list[str] = Field(min_length=1, description="names, category:<cat>, or all")
     samples: int = Field(1, ge=1, le=50)
     steps: int = Field(5, ge=1, le=200)
-    mode: RunMode = "loop"
+    mode: ServiceRunMode = "loop"
     world: int = Field(2, ge=1, le=64)
     device: DeviceMode = "cpu"
     size: str | None = None
     trials: int = Field(5, ge=1, le=100)
+    timed: bool | None = None
     allow_nccl: bool = False
     budgets: Budgets = Field(default_factory=Budgets)
     target_speedup: float | None = None
@@ -79,7 +80,8 @@ class BatchConfig(BaseModel):
                 for sample in range(config.samples):
                     request = RunRequest(problem=problem, model=entry.model, options=entry.options, mode=config.mode, steps=config.steps,
                                          budgets=config.budgets, target_speedup=config.target_speedup, world=config.world,
-                                         device=config.device, size=config.size, trials=config.trials, allow_nccl=config.allow_nccl,
+                                         device=config.device, size=config.size, trials=config.trials, timed=config.timed,
+                                         allow_nccl=config.allow_nccl,
                                          examples=config.examples, cheat_sheet=config.cheat_sheet)
                     yield Episode(index, entry.model, problem, sample, request)
                     index += 1
@@ -188,13 +190,6 @@ def run_batch(config: BatchConfig, out: Path, run_episode: Callable[[Episode, Pa
     summary = summarize(config, list(done.values()), len(episodes))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased estimator of pass@k from n samples of which c are correct."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def summarize(config: BatchConfig, records: list[dict[str, Any]], total: int) -> dict[str, Any]:

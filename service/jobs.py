@@ -36,9 +36,9 @@ def load_problem(name: str):
 def eval_harness(request: EvalRequest | RunRequest, problem) -> HarnessConfig:
     from agent.run_config import harness_config
 
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"timed": request.timed}
     if isinstance(request, EvalRequest):
-        extra = {"timed": request.timed, "stress_calls": request.stress}
+        extra["stress_calls"] = request.stress
     try:
         return harness_config(problem, world=request.world, device=request.device, size=request.size, trials=request.trials,
                               allow_nccl=request.allow_nccl, **extra)
@@ -113,13 +113,12 @@ def run_eval(job: Job, control: JobControl, evaluations: Evaluations) -> dict[st
 
 def run_agent(job: Job, control: JobControl, evaluations: Evaluations, model_slots: threading.BoundedSemaphore, folder: Path,
               request: RunRequest | None = None) -> dict[str, Any]:
-    """One agent run in ``folder`` (the run folder: trajectory.traj.json, steps/, best/, summary.json);
-    each step's record goes out as a ``step`` event. Cancelled: the run ends as the loop ends an
-    interrupted one (its trajectory and summary written) and JobCancelled goes on up."""
+    """One agent run in ``folder`` through the loop's public entry point (``agent.episode``: the run
+    folder's trajectory, steps/, best/, summary.json); each step's record goes out as a ``step``
+    event. Cancelled: the episode records the interruption in its trajectory and JobCancelled goes on up."""
     from agent.budget import Budget
-    from agent.loop import Agent
+    from agent.episode import Episode
     from agent.run_config import RunConfig
-    from agent.trajectory import Trajectory
 
     request = request or RunRequest.model_validate(job.request)
     problem = load_problem(request.problem)
@@ -128,16 +127,14 @@ def run_agent(job: Job, control: JobControl, evaluations: Evaluations, model_slo
     config = RunConfig(problem=request.problem, model=request.model, model_options=request.options, mode=request.mode,
                        target_speedup=request.target_speedup, budget=Budget(steps=request.steps, **request.budgets.model_dump()),
                        harness=harness, out=folder.parent, examples=request.examples, cheat_sheet=request.cheat_sheet)
-    folder.mkdir(parents=True, exist_ok=True)
-    trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json"), "job": job.id})
-    trajectory.write_file("config.json", config.model_dump_json(indent=2))
 
     def evaluate(source: str, step: int):
         return evaluations.evaluate(source, harness, control)
 
-    agent = Agent(llm, problem, config, evaluate, trajectory, on_step=lambda record: control.emit("step", record))
+    episode = Episode(config, model=llm, evaluate=evaluate, on_step=lambda record: control.emit("step", record), folder=folder,
+                      info={"job": job.id})
     control.emit("run_started", {"steps": config.budget.steps, "problem": request.problem, "model": request.model})
-    agent.run()
+    episode.run()
     return run_result(folder)
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from agent.run_config import RunMode
 from sandbox.harness.config import DeviceMode
 
 # Provider options a client may set. Anything that could send the server's key elsewhere
@@ -18,6 +17,7 @@ ALLOWED_MODEL_OPTIONS = frozenset({
 })
 MODEL_SPEC = re.compile(r"^[a-z]+:[A-Za-z0-9_.:/@+-]{1,200}$")
 NOT_OVER_API = ("replay",)  # replay:<path> reads a file of the server's
+ServiceRunMode = Literal["loop", "single"]  # bash mode (a shell in the sandbox) is not offered by the service yet
 
 
 class Strict(BaseModel):
@@ -40,9 +40,14 @@ class EvalRequest(Strict):
 
 
 class Budgets(Strict):
-    max_tokens: int | None = Field(None, ge=1, description="input + output tokens over the whole run")
-    max_cost_usd: float | None = Field(None, gt=0, description="cost budget of the run, in USD")
-    max_wall_s: float | None = Field(None, gt=0, description="wall-time budget of the run, in seconds")
+    """The run's budgets (agent.budget.Budget's names; the older max_tokens, max_cost_usd, max_wall_s are read too)."""
+
+    max_run_tokens: int | None = Field(None, ge=1, validation_alias=AliasChoices("max_run_tokens", "max_tokens"),
+                                       description="input + output tokens over the whole run")
+    max_run_cost_usd: float | None = Field(None, gt=0, validation_alias=AliasChoices("max_run_cost_usd", "max_cost_usd"),
+                                           description="cost budget of the run, in USD")
+    max_run_wall_s: float | None = Field(None, gt=0, validation_alias=AliasChoices("max_run_wall_s", "max_wall_s"),
+                                         description="wall-time budget of the run, in seconds")
 
 
 class RunRequest(Strict):
@@ -51,7 +56,7 @@ class RunRequest(Strict):
     problem: str = Field(min_length=1, max_length=200)
     model: str = Field(description="provider:model (openai:gpt-5, anthropic:claude-sonnet-4-5, scripted:demo, ...)")
     options: dict[str, Any] = Field(default_factory=dict, description=f"provider options: {', '.join(sorted(ALLOWED_MODEL_OPTIONS))}")
-    mode: RunMode = Field("loop", description="loop: revise with feedback; single: one answer")
+    mode: ServiceRunMode = Field("loop", description="loop: revise with feedback; single: one answer")
     steps: int = Field(10, ge=1, le=200, description="model calls")
     budgets: Budgets = Field(default_factory=Budgets)
     target_speedup: float | None = Field(None, gt=0, description="stop once a correct solution is this much faster")
@@ -59,6 +64,7 @@ class RunRequest(Strict):
     device: DeviceMode = "cpu"
     size: str | None = None
     trials: int = Field(5, ge=1, le=100)
+    timed: bool | None = Field(None, description="time each correct answer against the reference (default: yes, except emulate)")
     allow_nccl: bool = False
     examples: bool = Field(True, description="oracle solutions of other problems as in-context examples")
     cheat_sheet: bool = Field(True, description="the multi-GPU cheat sheet in the task prompt")

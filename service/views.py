@@ -1,7 +1,7 @@
 """What the web page shows, read from the store and the jobs' folders (no HTTP here).
 
 A run view's steps come from its run folder (``steps/NNN/{response.md,solution.py,report.json}``
-and the feedback messages of ``trajectory.json``); a batch view's from its ``results.jsonl`` and
+and the feedback messages of the trajectory); a batch view's from its ``results.jsonl`` and
 summary. Text from models and candidates is shown escaped (the templates autoescape).
 """
 
@@ -63,9 +63,9 @@ def diff_lines(before: str, after: str) -> list[tuple[str, str]]:
 def run_steps(folder: Path) -> list[StepView]:
     """Each step of the run in ``folder``: the answer, its diff from the previous step's solution,
     the verdict and the feedback that went back."""
-    feedback: dict[int, str] = {}
     from agent.trajectory import find_trajectory
 
+    feedback: dict[int, str] = {}
     trajectory = find_trajectory(folder)
     if trajectory.is_file():
         try:

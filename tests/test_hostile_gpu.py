@@ -52,7 +52,7 @@ def warm():
 def _judge(warm, fixture, world, device):
     box, evaluator = warm
     started = time.time()
-    report = evaluator.evaluate(fixture.source(), hc.config(fixture, world, device=device, size="default"))
+    report = evaluator.evaluate(fixture.source(), hc.config(fixture, world, device=device, size="default" if device == "cuda" else None))
     problems = hc.verdict_problems(fixture, report)
     problems += [f"left on the host: {p}" for p in hc.existing_leaves(hc.leaf_patterns(fixture, box.workdir), started)]
     problems += [f"outlived its group: {p}" for p in hc.orphans(box.workdir)]

@@ -4,6 +4,7 @@ with the steps it had made, finished results are intact, and the processes the d
 are ended. Provider keys never reach a record, a run folder or a candidate."""
 
 import json
+import time
 
 import pytest
 
@@ -25,13 +26,17 @@ def test_kill_9_and_restart_loses_nothing(tmp_path):
             hanging = api.post("/v1/evals", json=dict(QUICK_EVAL, source=HANG)).json()["id"]  # holds a CPU slot
             wait_for(api, hanging, statuses=("running",), timeout_s=120)
             run = api.post("/v1/runs", json={"problem": "all_reduce", "model": "scripted:demo", "steps": 2, "allow_nccl": True,
-                                             "trials": 1}).json()["id"]
+                                             "trials": 1, "timed": False}).json()["id"]
             queued = [api.post("/v1/evals", json=QUICK_EVAL).json()["id"] for _ in range(3)]
             # the run has made its first step (saved) and is on its second
             with api.stream("GET", f"/v1/jobs/{run}/events", timeout=300) as stream:
                 for _, type_, data in parse_sse(stream.iter_lines()):
                     if type_ == "step":
                         break
+            folder = server.folder / "data" / "jobs" / run
+            deadline = time.monotonic() + 60  # the step is in the trajectory (saved just after its event)
+            while not _saved_steps(folder) and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert server.sandbox_processes()
         server.kill9()
         left = server.sandbox_processes()
@@ -57,6 +62,15 @@ def test_kill_9_and_restart_loses_nothing(tmp_path):
         assert not set(left) & set(server.sandbox_processes())  # the dead server's processes were ended
     finally:
         server.stop()
+
+
+def _saved_steps(folder):
+    from agent.trajectory import find_trajectory
+
+    try:
+        return json.loads(find_trajectory(folder).read_text())["info"].get("steps")
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 LEAKY = """

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from service.auth import Limits, TokenError, bearer, create_token, digest, lookup
-from service.batches import BatchConfig, BatchConfigError, check_config, pass_at_k, summarize
+from service.batches import BatchConfig, BatchConfigError, check_config, pass_at_k, summarize  # pass_at_k: agent.batch's
 from service.keys import KeysFileError, load_keys_file, redactor
 from service.store import QueueFull, Store
 

@@ -38,7 +38,7 @@ def test_pages_render_live_without_console_errors(served, shots):
         assert browser.evaluate("location.pathname") == "/" and browser.evaluate("document.querySelector('h1').textContent") == "Jobs"
 
         run = api.post("/v1/runs", json={"problem": "all_reduce", "model": "scripted:demo", "steps": 2, "allow_nccl": True,
-                                         "trials": 2}).json()["id"]
+                                         "trials": 2, "timed": False}).json()["id"]
         browser.open(f"{server.url}/jobs/{run}", settle_s=0.2)
         followed = browser.evaluate("document.querySelector('main').dataset.finished") == "false"
         assert followed or api.get(f"/v1/jobs/{run}").json()["status"] == "done"
@@ -54,7 +54,7 @@ def test_pages_render_live_without_console_errors(served, shots):
         assert browser.errors == []
 
         batch = api.post("/v1/batches", json={"config": {"models": ["scripted:demo", "scripted:example"], "problems": ["all_reduce"],
-                                                          "samples": 2, "steps": 2, "allow_nccl": True, "trials": 1}}).json()["id"]
+                                                          "samples": 2, "steps": 2, "allow_nccl": True, "trials": 1, "timed": False}}).json()["id"]
         browser.open(f"{server.url}/jobs/{batch}")
         deadline = time.monotonic() + 900
         while api.get(f"/v1/jobs/{batch}").json()["status"] not in ("done", "failed") and time.monotonic() < deadline:

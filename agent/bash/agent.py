@@ -103,12 +103,12 @@ class BashAgent:
                                 ("" if result.returncode == 0 else f" (the command exited with {result.returncode})"))
 
     def query(self) -> ModelResponse:
-        self.spend.steps += 1
         try:
             response = self.model.complete(self.messages, tools=[BASH_TOOL] if self.tools else None)
         except ProviderError as error:
             self.provider_failures += 1
-            self.log.warning("provider_error", step=self.spend.steps, error=str(error))
+            self.spend.failed_calls += 1  # a call without an answer is not a step (Spend.add counts answered ones)
+            self.log.warning("provider_error", step=self.spend.steps + 1, error=str(error))
             self._record(status="provider_error", message=str(error)[:300])
             if self.provider_failures >= MAX_PROVIDER_FAILURES:
                 raise ProviderFailed(f"the model provider failed {self.provider_failures} times in a row: {error}") from error

@@ -39,6 +39,7 @@ class Mode(str, enum.Enum):
 
     loop = "loop"      # the model revises a whole solution on the harness's feedback
     single = "single"  # one answer, judged once
+    bash = "bash"      # the model works at a shell in the sandbox; its submission is judged at the end
 
 
 class ModelEntry(BaseModel):

@@ -1,5 +1,5 @@
 """One episode of a batch: a model on a problem, through the agent loop's public entry point
-(``agent.loop.Agent``), judged in its own sandbox, summed up as an :class:`EpisodeResult`.
+(``agent.episode.Episode``), judged in its own sandbox, summed up as an :class:`EpisodeResult`.
 
 Failures are told apart here. The model's (no correct solution within the budget: wrong,
 build_failed, crashed, ... answers) are results. Infrastructure's are not: the provider still
@@ -103,13 +103,13 @@ class _Judged:
 
 
 def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
-    """``loop`` and ``single``: the agent loop, one sandbox for the whole episode."""
+    """``loop`` and ``single``: one episode through the loop's public entry (``agent.episode.Episode``),
+    judged in one sandbox for the whole episode."""
     from agent.budget import Budget
-    from agent.loop import Agent
+    from agent.episode import Episode
     from agent.providers import make_model
     from agent.run_config import RunConfig, harness_config
     from agent.session import EvaluationSession
-    from agent.trajectory import Trajectory
     from problems import find_problem
 
     config, episode, entry = ctx.config, ctx.episode, ctx.entry
@@ -125,37 +125,41 @@ def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
     run_config = RunConfig(problem=episode.selector, model=entry.spec, model_options=entry.options, mode="single" if single else "loop",
                            budget=Budget(steps=1 if single else config.steps, **config.budget), target_speedup=config.target_speedup,
                            harness=harness, sandbox=sandbox, out=ctx.run_dir.parent, examples=config.examples,
-                           cheat_sheet=config.cheat_sheet)
-    ctx.run_dir.mkdir(parents=True, exist_ok=True)
-    trajectory = Trajectory(ctx.run_dir, info={"config": run_config.model_dump(mode="json"), "batch_episode": episode.id})
-    trajectory.write_file("config.json", run_config.model_dump_json(indent=2))
+                           cheat_sheet=config.cheat_sheet, pkb_root=config.pkb_root)
     judged = _Judged()
-    with EvaluationSession(harness, sandbox) as session:
-        def evaluate(source: str, step: int):
-            report = session.evaluate(source, step)
-            judged.reports[step] = report
-            if is_harness_failure(report):
-                judged.harness_failures.append(f"step {step}: {report.message}")
-            return report
+    records: list[dict[str, Any]] = []
+    run = Episode(run_config, model=model, folder=ctx.run_dir, info={"batch_episode": episode.id}, on_step=records.append)
+    try:
+        session = EvaluationSession(harness, sandbox)
+        with session:
+            def evaluate(source: str, step: int):
+                report = session.evaluate(source, step)
+                judged.reports[step] = report
+                if is_harness_failure(report):
+                    judged.harness_failures.append(f"step {step}: {report.message}")
+                return report
 
-        agent = Agent(model, problem, run_config, evaluate, trajectory)
-        exit_status = agent.run()
-    return summarize(ctx, agent, exit_status, judged)
+            run.evaluate = evaluate
+            outcome = run.run()
+    except BaseException as error:
+        run.abort(error)  # the trajectory records why (a no-op when the loop already did)
+        raise
+    return summarize(ctx, outcome, records, judged)
 
 
-def summarize(ctx: EpisodeContext, agent: Any, exit_status: str, judged: _Judged) -> EpisodeResult:
-    spend, best = agent.spend, agent.best
-    points = [StepPoint(step=r["step"], status=str(r.get("status")), speedup=r.get("speedup")) for r in agent.records]
-    fields: dict[str, Any] = dict(steps_used=spend.steps, input_tokens=spend.input_tokens, output_tokens=spend.output_tokens,
-                                  cost_usd=spend.known_cost_usd, wall_s=round(spend.wall_s, 2), exit_status=exit_status, steps=points,
-                                  message=agent.messages[-1].content if agent.messages else "")
+def summarize(ctx: EpisodeContext, outcome: Any, records: list[dict[str, Any]], judged: _Judged) -> EpisodeResult:
+    """The batch's record of an ``agent.episode.EpisodeResult`` (and the step records it went through)."""
+    points = [StepPoint(step=r["step"], status=str(r.get("status")), speedup=r.get("speedup")) for r in records]
+    fields: dict[str, Any] = dict(steps_used=outcome.steps, input_tokens=outcome.input_tokens, output_tokens=outcome.output_tokens,
+                                  cost_usd=outcome.cost_usd, wall_s=outcome.wall_s, exit_status=outcome.exit_status, steps=points,
+                                  message=outcome.message)
     if judged.harness_failures:
         return ctx.result(outcome="infra", failure_class="infra:harness", **{**fields, "message": "; ".join(judged.harness_failures)[:500]})
-    if exit_status == "ProviderFailed":
+    if outcome.exit_status == "ProviderFailed":
         return ctx.result(outcome="infra", failure_class="infra:provider", **fields)
-    if best is not None:
-        report = judged.reports.get(best.step)
-        return ctx.result(outcome="correct", correct=True, speedup=best.speedup, best_step=best.step,
+    if outcome.correct and outcome.best_step is not None:
+        report = judged.reports.get(outcome.best_step)
+        return ctx.result(outcome="correct", correct=True, speedup=outcome.best_speedup, best_step=outcome.best_step,
                           speedup_ci=getattr(report, "speedup_ci", None), **fields)
     evaluated = [p.status for p in points if p.step in judged.reports]
     last = evaluated[-1] if evaluated else (points[-1].status if points else "no_answer")
@@ -164,9 +168,51 @@ def summarize(ctx: EpisodeContext, agent: Any, exit_status: str, judged: _Judged
     return ctx.result(outcome="failed", best_status=last, failure_class=last, **fields)
 
 
+def run_bash_episode(ctx: EpisodeContext) -> EpisodeResult:
+    """``bash``: the model at a shell in the sandbox (``agent.bash``); the episode's verdict is the
+    full judge's on its submission. A baseline answers as in the loop (one step)."""
+    from agent.bash.episode import run_episode as run_bash
+    from agent.bash.trajectory import MiniTrajectory
+    from agent.budget import Budget
+    from agent.providers import make_model
+    from agent.run_config import RunConfig, harness_config
+    from problems import find_problem
+
+    config, episode, entry = ctx.config, ctx.episode, ctx.entry
+    if entry.is_baseline:
+        return run_agent_episode(ctx)
+    problem = find_problem(episode.selector, config.pkb_root)
+    allow_nccl = config.allow_nccl if entry.allow_nccl is None else entry.allow_nccl
+    harness = harness_config(problem, world=config.world, device=config.device, size=config.size, trials=config.trials,
+                             timed=config.timed, allow_nccl=allow_nccl, seed=episode.seed)
+    sandbox = config.sandbox.model_copy(update={"gpus": ",".join(ctx.gpus)}) if ctx.gpus else config.sandbox
+    model = make_model(entry.spec, problem=problem, **entry.options)
+    if ctx.gate is not None:
+        model = GatedModel(model, ctx.gate)
+    run_config = RunConfig(problem=episode.selector, model=entry.spec, model_options=entry.options, mode="bash",
+                           budget=Budget(steps=config.steps, **config.budget), target_speedup=config.target_speedup,
+                           harness=harness, sandbox=sandbox, out=ctx.run_dir.parent, pkb_root=config.pkb_root)
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    trajectory = MiniTrajectory(ctx.run_dir, info={"config": run_config.model_dump(mode="json"), "batch_episode": episode.id})
+    agent = run_bash(model, problem, run_config, trajectory)
+    spend, verdict = agent.spend, agent.verdict
+    points = [StepPoint(step=r["step"], status=str(r.get("status", "command")), speedup=r.get("speedup")) for r in agent.records]
+    fields: dict[str, Any] = dict(steps_used=spend.steps, input_tokens=spend.input_tokens, output_tokens=spend.output_tokens,
+                                  cost_usd=spend.known_cost_usd, wall_s=round(spend.wall_s, 1), exit_status=agent.exit_status,
+                                  steps=points, message=(verdict.message if verdict is not None else agent.exit_status)[:500])
+    if agent.exit_status == "ProviderFailed":
+        return ctx.result(outcome="infra", failure_class="infra:provider", **fields)
+    if verdict is not None and verdict.status == "correct":
+        return ctx.result(outcome="correct", correct=True, speedup=verdict.speedup, speedup_ci=verdict.speedup_ci,
+                          best_step=spend.steps, **fields)
+    status = verdict.status if verdict is not None else "no_submission"
+    return ctx.result(outcome="failed", best_status=status, failure_class=status, **fields)
+
+
 RUNNERS: dict[Mode, Callable[[EpisodeContext], EpisodeResult]] = {
     Mode.loop: run_agent_episode,
     Mode.single: run_agent_episode,
+    Mode.bash: run_bash_episode,
 }
 
 

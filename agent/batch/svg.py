@@ -96,7 +96,7 @@ def heat_color(value: float) -> str:
 
 def heatmap(title: str, rows: list[str], columns: list[str], values: dict[tuple[str, str], float | None], fmt: str = ".0%") -> str:
     cell_w, cell_h, left, top = 86, 26, 170, 40
-    width, height = left + cell_w * max(len(columns), 1) + 20, top + cell_h * max(len(rows), 1) + 20
+    width, height = max(left + cell_w * max(len(columns), 1) + 20, 380), top + cell_h * max(len(rows), 1) + 20
     parts = [f'<text x="{left + cell_w * c + cell_w / 2:.0f}" y="{top - 8}" text-anchor="middle" class="tick">{escape(col[:12])}</text>'
              for c, col in enumerate(columns)]
     for r, row in enumerate(rows):

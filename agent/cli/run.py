@@ -53,7 +53,10 @@ def command(
         from agent.cli.remote import remote_run, server_decides
 
         server_decides(sandbox, pkb_root, out=out)
-        remote_run(server, {"problem": problem_name, "model": model, "options": parse_model_options(model_option), "mode": mode.value,
+        options = parse_model_options(model_option)
+        if max_output_tokens is not None:
+            options["max_output_tokens"] = max_output_tokens
+        remote_run(server, {"problem": problem_name, "model": model, "options": options, "mode": mode.value,
                             "steps": budget.steps, "budgets": budget.model_dump(exclude={"steps"}), "target_speedup": target_speedup,
                             "world": world, "device": device.value, "size": size, "trials": trials, "allow_nccl": allow_nccl,
                             "examples": examples, "cheat_sheet": cheat_sheet})

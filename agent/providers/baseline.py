@@ -47,7 +47,7 @@ class BaselineModel:
         self.text = f"The {kind} baseline: {what}, unchanged.\n\n```python\n{source.rstrip()}\n```\n"
 
     def complete(self, messages: list[Message], tools: list[ToolSpec] | None = None, *, deadline: float | None = None,
-                 progress: Any = None) -> ModelResponse:
+                 progress: Any = None, **_: Any) -> ModelResponse:
         started = time.monotonic()
         return ModelResponse(text=self.text, finish_reason="stop", usage=Usage(), cost_usd=0.0, model=self.spec,
                              latency_s=time.monotonic() - started)

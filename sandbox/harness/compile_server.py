@@ -104,11 +104,10 @@ class CompileServer:
             if kind == "cubin":
                 self._refuse_preprocessed(payload)
             builder = build.build_cubin if kind == "cubin" else build.build_extension
-            artifact = builder(**payload, cache_dir=self.cache_dir)
-            if not self._seal_holds(artifact):  # not built here, or changed since: build it again
+            artifact = builder(**payload, cache_dir=self.cache_dir, on_built=self._seal)
+            if not self._seal_holds(artifact):  # a cache hit not built here, or changed since: build it again
                 artifact.unlink(missing_ok=True)
-                artifact = builder(**payload, cache_dir=self.cache_dir)
-                self._seal_path(artifact).write_text(self._digest(artifact))
+                artifact = builder(**payload, cache_dir=self.cache_dir, on_built=self._seal)
             return BuildResult(ok=True, path=str(self._deliver(artifact)))
         except CompileRefused as refusal:
             self.failed += 1
@@ -133,6 +132,9 @@ class CompileServer:
         match = MULTICAST.search(text)
         if match:
             raise CompileRefused(f"{MULTICAST_MESSAGE} the preprocessed source ({match.group(0)!r})")
+
+    def _seal(self, artifact: Path) -> None:
+        self._seal_path(artifact).write_text(self._digest(artifact))
 
     @staticmethod
     def _seal_path(artifact: Path) -> Path:

@@ -397,7 +397,11 @@ class Evaluation:
             self.report.notes.append(note)
             self.report.candidate_timing.median_ms = median
         ref, cand = self.report.reference_timing, self.report.candidate_timing
-        if cand.median_ms > 0:
+        resolution = timing.FLOOR_MS.get(self.config.device, timing.FLOOR_MS["cpu"])
+        if ref.median_ms < resolution:
+            self.report.notes.append(f"the reference's call ({ref.median_ms:.4f} ms beyond the empty timed interval) is below what "
+                                     f"the timer resolves ({resolution} ms): no speedup is reported; time a larger size (--size)")
+        elif cand.median_ms > 0:
             self.report.speedup = round(ref.median_ms / cand.median_ms, 4)
             low, high = timing.speedup_interval(reference, candidate)
             self.report.speedup_ci = [round(low, 4), round(high, 4)]
