@@ -96,6 +96,7 @@ class Agent:
                 self.add("system", system_prompt())
                 self.add("user", task_prompt(self.problem, self.config.harness, self.config.budget.steps, **context))
                 self._save()
+                self.spend.started_at = time.monotonic()  # the budgets count from the first model call
                 while True:
                     try:
                         self.step()

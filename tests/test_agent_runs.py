@@ -200,10 +200,10 @@ def test_the_wall_budget_cuts_a_hanging_model_call(tmp_path):
     with LocalServer((30, 200, openai_completion(CORRECT))) as server:
         started = time.monotonic()
         result, episode, data = run(tmp_path, openai_model(server, policy={"attempt_timeout_s": 600}),
-                                    budget=Budget(steps=3, max_run_wall_s=2))
+                                    budget=Budget(steps=3, max_run_wall_s=3))
         took = time.monotonic() - started
     assert result.exit_status == "LimitsExceeded" and "wall-time budget" in result.message
-    assert took < 10 and len(server.paths) == 1
+    assert len(server.paths) == 1 and result.wall_s < 6 and took < 30
 
 
 def test_a_hanging_endpoint_is_retried_once_by_default():
