@@ -67,6 +67,7 @@ class Spend(BaseModel):
         return None if budget.max_run_wall_s is None else self.started_at + budget.max_run_wall_s
 
     def add(self, response: ModelResponse) -> None:
+        """Count an answered call: one step, its tokens and its cost."""
         usage = response.usage
         self.steps += 1
         self.input_tokens += usage.input_tokens

@@ -96,6 +96,7 @@ class Agent:
                 self.add("system", system_prompt())
                 self.add("user", task_prompt(self.problem, self.config.harness, self.config.budget.steps, **context))
                 self._save()
+                self.spend.started_at = time.monotonic()  # the budgets count from the first model call
                 while True:
                     try:
                         self.step()
@@ -188,7 +189,7 @@ class Agent:
         self.provider_failures = 0
         response.text, response.refusal = clean_text(response.text), response.refusal and clean_text(response.refusal)
         response.thinking = response.thinking and clean_text(response.thinking)
-        self.spend.add(response)
+        self.spend.add(response)  # only an answered call is a step
         step = self.spend.steps
         self.messages.append(response.to_message(
             step=step, finish_reason=response.finish_reason, usage=response.usage.model_dump(), cost=response.cost_usd or 0.0,

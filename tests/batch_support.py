@@ -81,7 +81,7 @@ def write_batch_folder(folder: Path, results: list[EpisodeResult], samples: int 
             lines.write(r.model_dump_json() + "\n")
             run = folder / r.run_dir
             run.mkdir(parents=True, exist_ok=True)
-            (run / "trajectory.json").write_text(json.dumps({"info": {}, "messages": [], "trajectory_format": "mini-swe-agent-1"}))
+            (run / "trajectory.traj.json").write_text(json.dumps({"info": {}, "messages": [], "trajectory_format": "mini-swe-agent-1.1"}))
     return folder
 
 

@@ -93,7 +93,7 @@ def test_the_conversation_keeps_thinking_blocks_and_the_event_log_is_closed(tmp_
     assert agent.messages[2].thinking_blocks == [thinking] and agent.messages[2].thinking == thinking["thinking"]
     assert server.bodies[1]["messages"][1] == {"role": "assistant", "content": answer}
     saved = json.loads((tmp_path / "trajectory.traj.json").read_text())["messages"][2]
-    assert saved["thinking"] == thinking["thinking"] and saved["thinking_blocks"] == [thinking]
+    assert saved["reasoning_content"] == thinking["thinking"] and saved["thinking_blocks"] == [thinking]
     assert not [f.path for f in psutil.Process().open_files() if f.path.endswith("events.jsonl")]
     assert json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])["event"] == "run_finished"
 

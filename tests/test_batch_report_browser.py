@@ -50,7 +50,7 @@ def test_the_page_is_self_contained(page):
     assert not re.search(r"""(src|href)=["']?https?:""", text)
     assert "@import" not in text and "<link" not in text
     assert text.count("<svg") == 6
-    assert 'href="runs/a__p1__s0/try1/trajectory.json"' in text
+    assert 'href="runs/a__p1__s0/try1/trajectory.traj.json"' in text
 
 
 def test_the_console_check_catches_errors(tmp_path):

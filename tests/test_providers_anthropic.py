@@ -112,7 +112,7 @@ def test_response_thinking_apart_tool_use_usage_and_cost():
     assert response.thinking_blocks == [{"type": "thinking", "thinking": "Let me think.", "signature": "abc"},
                                         {"type": "redacted_thinking", "data": "opaque"}]
     assert response.usage.model_dump() == {"input_tokens": 2400, "output_tokens": 50, "cached_input_tokens": 2000,
-                                           "reasoning_tokens": 20, "cache_write_input_tokens": 300}
+                                           "reasoning_tokens": 20, "cache_write_input_tokens": 300, "reported": True}
     assert response.model == "claude-sonnet-4-5-20250929"
     assert response.cost_usd == pytest.approx((100 * 3.0 + 2000 * 0.30 + 300 * 3.75 + 50 * 15.0) / 1e6)
     echoed = response.to_message()

@@ -58,7 +58,7 @@ def test_request_body_and_parsed_response():
     assert response.tool_calls == [ToolCall(id="call_2", name="bash", arguments={"command": "nvcc --version"})]
     assert response.model == "gpt-5-2025-08-07" and response.attempts == 1 and sleep.calls == []
     assert response.usage.model_dump() == {"input_tokens": 1000, "output_tokens": 500, "cached_input_tokens": 400,
-                                           "reasoning_tokens": 300, "cache_write_input_tokens": 0}
+                                           "reasoning_tokens": 300, "cache_write_input_tokens": 0, "reported": True}
     assert response.cost_usd == pytest.approx((600 * 1.25 + 400 * 0.125 + 500 * 10.0) / 1e6)
     assert response.latency_s >= 0
 

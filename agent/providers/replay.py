@@ -18,7 +18,12 @@ from agent.providers.base import FatalProviderError, ModelResponse
 from agent.providers.scripted import CannedModel
 
 
-def load_trajectory(path: Path) -> tuple[list[ModelResponse], dict[str, Any]]:
+def load_trajectory(path: Path) -> list[ModelResponse]:
+    """The assistant answers of a trajectory."""
+    return read_trajectory(path)[0]
+
+
+def read_trajectory(path: Path) -> tuple[list[ModelResponse], dict[str, Any]]:
     """The assistant answers of a trajectory, and its ``info``."""
     from agent.trajectory import message_from_record
 
@@ -52,7 +57,7 @@ class ReplayModel(CannedModel):
         from agent.trajectory import find_trajectory
 
         trajectory = find_trajectory(Path(path).expanduser())
-        responses, info = load_trajectory(trajectory)
+        responses, info = read_trajectory(trajectory)
         super().__init__(spec, path, responses, str(trajectory))
         config = info.get("config") if isinstance(info.get("config"), dict) else {}
         self.recorded_problem: str | None = config.get("problem")
