@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
 import pytest
 
@@ -67,11 +68,25 @@ def test_mini_swe_agents_inspector_reads_it(tmp_path, monkeypatch):
 
 
 def request(payload: bytes) -> dict:
+    """``payload`` sent as a client would, from another thread: a payload larger than the socket's
+    buffer would block a send made before the read."""
     mine, theirs = socket.socketpair()
+
+    def send() -> None:
+        try:
+            mine.sendall(payload)
+            mine.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the reader refused the request and closed its end
+
+    sender = threading.Thread(target=send, daemon=True)
     with mine, theirs:
-        mine.sendall(payload)
-        mine.shutdown(socket.SHUT_WR)
-        return _read_request(theirs)
+        sender.start()
+        try:
+            return _read_request(theirs)
+        finally:
+            theirs.shutdown(socket.SHUT_RDWR)
+            sender.join(timeout=30)
 
 
 def test_the_runner_checks_every_request():
