@@ -31,7 +31,7 @@ def test_strings_and_mappings_are_models_and_baseline_reference_gets_nccl():
 @pytest.mark.parametrize("data,message", [
     ({**BASE, "samples": 0}, "samples: Input should be greater than or equal to 1"),
     ({**BASE, "modes": "loop"}, "modes: unknown field (a typo?)"),
-    ({**BASE, "mode": "chat"}, "mode: Input should be 'loop' or 'single'"),
+    ({**BASE, "mode": "chat"}, "mode: Input should be 'loop', 'single' or 'bash'"),
     ({**BASE, "models": ["gpt-5"]}, "is not provider:model"),
     ({**BASE, "models": ["scripted:demo", "scripted:demo"]}, "model labels repeat (scripted:demo)"),
     ({**BASE, "budget": {"max_cost_usd": -1}}, "max_cost_usd"),
