@@ -34,7 +34,7 @@ def test_eval_gives_the_same_size_message(tmp_path):
 def test_run_budget_options_are_one_group_and_checked():
     help_text = kloop("run", "--help").stdout
     budget_panel = help_text[help_text.index("Budget"):]
-    assert all(flag in budget_panel for flag in ("--steps", "--max-tokens", "--max-cost", "--max-wall"))
+    assert all(flag in budget_panel for flag in ("--steps", "--max-run-tokens", "--max-run-cost", "--max-run-wall"))
     result = kloop("run", "all_reduce", "--model", "scripted:demo", "--steps", "0")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--steps: Input should be greater than or equal to 1" in result.stderr

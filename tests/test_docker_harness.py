@@ -131,8 +131,7 @@ def test_reading_the_cache_outside_the_work_dir_fails(box):
 def test_writing_into_the_installed_harness_is_rejected(box):
     before = box.exec(["sha256sum", "/opt/kloop/lib/sandbox/harness/compare.py"], 30).stdout
     report = evaluate_in(box, WRITE_INTO_HARNESS, config())
-    assert report.status == "rejected", report.message
-    assert "outside the work dir" in report.message
+    assert report.status == "crashed" and "Permission denied" in report.message, report.message  # the jail's Landlock
     assert box.exec(["sha256sum", "/opt/kloop/lib/sandbox/harness/compare.py"], 30).stdout == before
 
 
@@ -142,7 +141,7 @@ def test_eating_memory_hits_the_limit_and_is_reported(make_box):
     report = evaluate_in(box, EAT_MEMORY, config())
     assert time.monotonic() - started < 120  # reclaim can take a while; a hang would be the 180 s stage timeout
     assert report.status == "crashed", report.message
-    assert "died (killed by SIGKILL)" in report.message
+    assert "ended without answering" in report.message and "out of memory" in report.message
     assert box.exec(["true"], 30).ok and processes(box) == []
 
 
