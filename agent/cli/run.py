@@ -110,7 +110,7 @@ def command(
                      f"{episode.trajectory_path}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     cost = f"${result.cost_usd:.3f}" if result.cost_usd is not None else "unknown (no price for this model, or no usage reported)"
-    console.print(f"\n[bold]{result.exit_status}[/]: {result.message}", highlight=False)
+    console.print(f"\n[bold]{result.exit_status}[/]: {result.message.removeprefix(result.exit_status + ': ')}", highlight=False)
     console.print(f"{result.steps} model calls, {result.input_tokens} input + {result.output_tokens} output tokens, cost {cost}, "
                   f"{result.wall_s:.0f} s")
     for warning in result.warnings:
