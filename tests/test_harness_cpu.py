@@ -144,8 +144,9 @@ def test_recheck_after_timing_catches_drift(local_sandbox):
     ).replace("@torch.no_grad()", "CALLS = []\n\n\n@torch.no_grad()")
     report = evaluate_in(local_sandbox, drifting, config(2, timed=True, warmup=2, iterations=10))
     assert report.status == "wrong"
-    assert report.mismatch.trial == 3  # the recheck trial comes after the 3 correctness trials
-    assert any("after many calls" in note for note in report.notes)
+    # the 3 correctness trials passed; a checked timed call (labels from 2000) or the recheck (trial 3) caught it
+    assert report.mismatch.trial == 3 or report.mismatch.trial >= 2000, report.mismatch
+    assert any("after many calls" in note or "checked during timing" in note for note in report.notes), report.notes
 
 
 def test_stress_checks_every_back_to_back_call(local_sandbox):
