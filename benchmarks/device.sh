@@ -3,6 +3,10 @@
 # carry `.whl`, the wheels the machine lacks). Each part runs under its own time limit; full logs
 # under $OUT, the lines that matter on stdout. A device call is at most 10 minutes: pick parts.
 #   gpu_tests                 tests/test_gpu.py: symmetric-memory candidate, races, cuda mode, compile errors
+#   jail_gpu                  tests/test_jail_gpu.py: cuda devices, FileStore group and symmetric memory inside the jail
+#   hostile_emulate           tests/test_hostile_gpu.py, emulate mode at worlds 2 and 4 (correctness only)
+#   hostile_cuda              tests/test_hostile_gpu.py, cuda mode at world 1 (timed; run it alone on the GPU)
+#   probe                     benchmarks/gpu_probe.py: one line per case with stages and where the harness time went
 #   bash_gpu                  tests/test_bash_gpu.py: bash mode, scripted:bash-demo-cuda in emulate (world 2) and cuda (world 1)
 #   oracles_w4 / oracles_w8   every oracle in emulation, 500 back-to-back calls
 #   oracles_racy              every oracle without its trailing barrier, worlds 4 and 8
@@ -24,7 +28,11 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/kloop-out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# several device.sh may run side by side on one machine: the wheels are installed once
+if [ ! -f /tmp/site/.installed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  touch /tmp/site/.installed
+fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), 'GPU(s)')"
@@ -41,6 +49,10 @@ part() {
 for name in "$@"; do
   case $name in
     gpu_tests) part "$name" 480 $PYTEST tests/test_gpu.py ;;
+    jail_gpu) part "$name" 200 $PYTEST tests/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
+    hostile_emulate) part "$name" 540 $PYTEST tests/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
+    hostile_cuda) part "$name" 540 $PYTEST tests/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: " "$OUT/$name.log" | cut -c1-200 ;;
+    probe) part "$name" 300 python3 benchmarks/gpu_probe.py --json "$OUT/probe.json"; grep -vE "^\s*log|^      " "$OUT/$name.log" | cut -c1-300 ;;
     bash_gpu) part "$name" 560 $PYTEST tests/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
     oracles_w4) part "$name" 300 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -4]" ;;
     oracles_w8) part "$name" 420 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -8]" ;;
