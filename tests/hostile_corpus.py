@@ -153,6 +153,8 @@ def verdict_problems(fixture: Fixture, report) -> list[str]:
         if len(text) > LOG_CAP_CHARS:
             problems.append(f"log {excerpt.name!r} is {len(text)} characters (not capped)")
     expect = fixture.expect
+    if fixture.timed and expect == "not-correct" and report.reference_timing is None and report.device == "emulate":
+        expect = "not-fast"  # an attack on timing, in a mode that never times: correct outputs, no speedup, is its due
     if expect == "correct" and status != "correct":
         problems.append(f"an honest control was not judged correct: {said}")
     elif expect == "not-correct" and status == "correct":

@@ -25,6 +25,9 @@ Text = Annotated[str, _cut(MAX_TEXT)]
 Line = Annotated[str, _cut(2_000)]
 Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
 Millis = Annotated[float, Field(ge=0.0, le=3.6e6)]
+# a device activity as it crosses the wire, ``[name, start_us, end_us]``: JSON has no tuples and the
+# models are strict, so a list of exactly three is taken as the tuple (its items still strict)
+Activity = Annotated[tuple[Line, float, float], BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value)]
 
 
 class Reply(BaseModel):
@@ -88,7 +91,7 @@ class Profiled(Reply):
     round: int
     calls: int = Field(ge=0, le=MAX_CALLS)
     wall_ms: list[Millis] = Field(max_length=MAX_CALLS)
-    activities: list[tuple[Line, float, float]] = Field(max_length=20_000)
+    activities: list[Activity] = Field(max_length=20_000)
 
 
 class Made(Reply):
