@@ -51,8 +51,8 @@ for name in "$@"; do
     gpu_tests) part "$name" 480 $PYTEST tests/test_gpu.py ;;
     jail_gpu) part "$name" 200 $PYTEST tests/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
     hostile_emulate) part "$name" 540 $PYTEST tests/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
-    hostile_cuda) part "$name" 540 $PYTEST tests/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: " "$OUT/$name.log" | cut -c1-200 ;;
-    probe) part "$name" 300 python3 benchmarks/gpu_probe.py --json "$OUT/probe.json"; grep -vE "^\s*log|^      " "$OUT/$name.log" | cut -c1-300 ;;
+    hostile_cuda) part "$name" 260 $PYTEST tests/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: " "$OUT/$name.log" | cut -c1-200 ;;
+    probe) part "$name" 90 python3 benchmarks/gpu_probe.py --json "$OUT/probe.json"; grep -vE "^\s*log|^      " "$OUT/$name.log" | cut -c1-300 ;;
     bash_gpu) part "$name" 560 $PYTEST tests/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
     oracles_w4) part "$name" 300 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -4]" ;;
     oracles_w8) part "$name" 420 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -8]" ;;
@@ -79,9 +79,9 @@ for name in "$@"; do
         --out /tmp/pkb_refs --resume
       cp -r /tmp/pkb_refs "$OUT/"; grep -E ": (correct|cannot|too|harness|skipped)" "$OUT/$name.log" | cut -c1-200
       sed -n '/^summary/,$p' "$OUT/$name.log" ;;
-    throughput) part "$name" 300 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
+    throughput) part "$name" 120 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
       sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
-    stability) part "$name" 300 python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
+    stability) part "$name" 110 python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
         --candidate tests/candidates/all_reduce_symm.py --repeats 5 --json "$OUT/stability.json"
       grep -E "job|^timing|all_reduce \|" "$OUT/$name.log" ;;
     batch_oracles)
