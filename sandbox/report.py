@@ -217,6 +217,9 @@ class EvalReport(ReportModel):
     ranks: list[RankVerdict] = Field(default_factory=list)
     mismatch: Mismatch | None = None
     reference_timing: Timing | None = None
+    reference_alone_ms: float | None = Field(None, description="the reference's median call timed alone, before any "
+                                             "candidate code ran; the speedup is taken against it when the reference ran "
+                                             "much slower beside the candidate")
     candidate_timing: Timing | None = None
     speedup: float | None = Field(None, description="reference median / candidate median; only on correct reports")
     speedup_ci: list[float] | None = Field(None, description="95% bootstrap interval of the speedup over the timed rounds")

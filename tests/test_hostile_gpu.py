@@ -29,8 +29,15 @@ def _fixtures(kind: str, names=None):
     return [f for f in found if f.device == "cuda" or (names is not None and f.name in names)]
 
 
-CUDA_CASES = [pytest.param(f, id=f.name) for kind, names in (("hostile", ALSO_ON_GPU), ("honest", ("all_reduce_reference_copy",)))
-              for f in _fixtures(kind, names)]
+# breaches this judge cannot stop on a GPU yet (strict xfail: the day one is stopped, the test says so)
+GPU_KNOWN_HOLES = {
+    "work_after_timer": "on the H200 the parent's clock resolves hidden work per call only down to the harness's own per-call "
+                        "jitter (about 6 ms a call at 64 MB: the commitment copies and hashes 128 MB), and the hidden all-reduce "
+                        "takes 0.4 ms: 15.7x, correct, on 2026-12-02",
+}
+CUDA_CASES = [pytest.param(f, id=f.name, marks=[pytest.mark.xfail(strict=True, reason=GPU_KNOWN_HOLES[f.name])]
+                           if f.name in GPU_KNOWN_HOLES else [])
+              for kind, names in (("hostile", ALSO_ON_GPU), ("honest", ("all_reduce_reference_copy",))) for f in _fixtures(kind, names)]
 EMULATE_CASES = [pytest.param(f, w, id=f"{f.name}-w{w}") for kind, names in (("hostile", IN_EMULATION), ("honest", ()))
                  for f in _fixtures(kind, names) if f.name in names or kind == "honest"
                  for w in (2, 4) if f.expect != "not-fast"]
@@ -57,6 +64,10 @@ def _judge(warm, fixture, world, device):
     problems += [f"left on the host: {p}" for p in hc.existing_leaves(hc.leaf_patterns(fixture, box.workdir), started)]
     problems += [f"outlived its group: {p}" for p in hc.orphans(box.workdir)]
     print(f"{fixture.id} {device} w{world}: {report.status} speedup={report.speedup} {report.message[:160]!r}")
+    if problems:  # what the judge saw, for whoever reads the log of a GPU run
+        print(f"   isolation {report.isolation}\n   notes {report.notes}\n   timing check {report.timing_check}")
+        for excerpt in report.logs:
+            print(f"   log {excerpt.name}: {excerpt.text()[-1500:]!r}")
     return problems
 
 

@@ -57,6 +57,9 @@ TIMED_BYTES = 2**30  # all timed calls' inputs, per rank and group: large calls 
 MAX_ROUND_CALLS = 16
 MIN_ROUNDS = 4  # timed rounds per group at the least (the speedup's interval resamples them)
 CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candidate is rejected
+# on a GPU the reference may run this much slower beside the candidate than alone before the speedup is taken against
+# its time alone (the GPU is the job's own, so an honest reference keeps its speed; on a shared host CPU it does not)
+SLOWED_REFERENCE = 1.25
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
 MAX_REVEAL_BYTES = 64 * 2**30
@@ -232,19 +235,47 @@ class Evaluation:
     # ------------------------------------------------------------------ build
     def _build(self) -> None:
         timeout = self.config.timeouts.build_s
-        if not self.reference.loaded:
+        if self.config.is_timed() and self.config.device == "cuda":  # the reference loads and is timed alone first
+            self._load_reference(timeout)
+            self._time_reference_alone()
+        elif not self.reference.loaded:
             for rank in range(self.config.world):
                 self.reference.send(rank, {"type": "load"})
         answers = self.candidate.ask({"type": "load", "path": str(self.candidate_dir / "solution.py"),
                                       "sys_path": self._candidate_path()}, m.Loaded, timeout, "build")
         if not self.reference.loaded:  # judged first: a reference that cannot load here explains a candidate that cannot either
             try:
-                self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
+                self._load_reference(timeout, sent=True)
             except BaseException:
                 close_answers(answers)
                 raise
-            self.reference.loaded = True
         self._candidate(answers)
+
+    def _load_reference(self, timeout: float, sent: bool = False) -> None:
+        if self.reference.loaded:
+            return
+        if not sent:
+            for rank in range(self.config.world):
+                self.reference.send(rank, {"type": "load"})
+        self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
+        self.reference.loaded = True
+
+    def _time_reference_alone(self) -> None:
+        """A warm-up round and a timed round of the reference with no candidate code anywhere yet:
+        work a candidate leaves running on the device (or the host) between its own rounds slows
+        the interleaved reference rounds, never this one (tests/fixtures/hostile/*_spin_during_reference.py)."""
+        size, _ = self._round_size()
+        series = timing.Series(self.reference.overheads)
+        for count, kept in ((min(max(self.config.warmup, 1), size), False), (size, True)):
+            calls = self._make(self.plan.fresh_keys(count), set(), list(range(1900, 1900 + count)))
+            try:
+                record = self._timed_round(self.reference, calls, [])
+            finally:
+                for call in calls:
+                    call.close()
+            if kept:
+                series.rounds.append(record)
+        self.report.reference_alone_ms = round(statistics.median(series.steps()), 6)
 
     def _candidate_path(self) -> list[str]:
         paths = [str(self.candidate_dir)]
@@ -396,16 +427,28 @@ class Evaluation:
         if note:
             self.report.notes.append(note)
             self.report.candidate_timing.median_ms = median
-        ref, cand = self.report.reference_timing, self.report.candidate_timing
+        ref_ms, cand = self._reference_ms(), self.report.candidate_timing
         resolution = timing.FLOOR_MS.get(self.config.device, timing.FLOOR_MS["cpu"])
-        if ref.median_ms < resolution:
-            self.report.notes.append(f"the reference's call ({ref.median_ms:.4f} ms beyond the empty timed interval) is below what "
+        if ref_ms < resolution:
+            self.report.notes.append(f"the reference's call ({ref_ms:.4f} ms beyond the empty timed interval) is below what "
                                      f"the timer resolves ({resolution} ms): no speedup is reported; time a larger size (--size)")
         elif cand.median_ms > 0:
-            self.report.speedup = round(ref.median_ms / cand.median_ms, 4)
+            self.report.speedup = round(ref_ms / cand.median_ms, 4)
+            scale = ref_ms / self.report.reference_timing.median_ms if self.report.reference_timing.median_ms > 0 else 1.0
             low, high = timing.speedup_interval(reference, candidate)
-            self.report.speedup_ci = [round(low, 4), round(high, 4)]
+            self.report.speedup_ci = [round(low * scale, 4), round(high * scale, 4)]
         self._roofline(cand)
+
+    def _reference_ms(self) -> float:
+        """The reference's time per call for the speedup: its interleaved median, or its time alone
+        when it ran more than SLOWED_REFERENCE times slower beside the candidate than alone."""
+        beside, alone = self.report.reference_timing.median_ms, self.report.reference_alone_ms
+        if alone is None or alone <= 0 or beside <= SLOWED_REFERENCE * alone:
+            return beside
+        self.report.notes.append(f"the reference ran {beside / alone:.2f}x slower beside the candidate ({beside:.4f} ms a call) than "
+                                 f"alone before the candidate was loaded ({alone:.4f} ms): the speedup is taken against the "
+                                 "reference alone (work left running on the device or the host between calls slows the reference)")
+        return alone
 
     def _timed_series(self, size: int, target: int) -> tuple[timing.Series, timing.Series]:
         reference = timing.Series(self.reference.overheads)
