@@ -193,6 +193,9 @@ class ClockCheck(ReportModel):
     clock_estimate_ms: float = Field(description="the call's time by the harness's clock: median wall time less the reference's "
                                                  "harness cost")
     clock_floor_ms: float = Field(description="the least time per call the harness's clock allows (estimate less its uncertainty)")
+    harness_offset_ms: float = Field(0.0, description="how much more the harness's own work in a call cost in the candidate's "
+                                                      "processes than in the reference's, measured before candidate code ran")
+    staging_offset_ms: float = Field(0.0, description="the same for staging a call's inputs")
 
 
 class CompileStats(ReportModel):

@@ -72,6 +72,46 @@ def test_claiming_nothing_on_a_quiet_machine_is_rejected():
         raise AssertionError("a zero claim for a 5 ms call was accepted")
 
 
+def _calibration(harness_ms, noise_ms, n=12, seed=5):
+    """Harness-only calls (an empty timed interval) of one group, as the parent times them before load."""
+    rng = random.Random(seed)
+    return _series([0.0] * n, [harness_ms + rng.uniform(0, noise_ms) for _ in range(n)], rounds=1)
+
+
+def test_a_candidate_in_slower_processes_is_not_read_as_hiding_work():
+    """On the H200 the harness's own work in a call cost 4.5 ms more in an honest candidate's
+    processes than in the reference's, with a quiet reference: rejected as hiding work, until the
+    calibration (the same harness work in both groups, before any candidate code ran) took the
+    difference out."""
+    reference = _noisy_reference(true_ms=0.4, noise_ms=0.5)
+    rng = random.Random(7)
+    honest = _series([0.4] * 48, [0.4 + 2.0 + 4.5 + rng.uniform(0, 0.5) for _ in range(48)])
+    try:
+        timing.check_clock(honest, reference, "cuda")
+    except timing.TimingRejected as rejected:
+        assert "disagrees" in str(rejected)
+    else:
+        raise AssertionError("without calibration the slower processes should read as hidden work")
+    check = timing.check_clock(honest, reference, "cuda", _calibration(2.0 + 4.5, 0.5), _calibration(2.0, 0.5, seed=6))
+    assert 4.0 < check.harness_offset_ms < 4.6, check
+    assert timing.reported_ms(timing.statistics.median(honest.steps()), check)[1] is None  # reported as claimed
+
+
+def test_a_calibration_never_widens_the_tolerance_for_hidden_work():
+    """Candidate processes that are faster, or a calibration too noisy to say, give no credit:
+    hidden work is judged as without a calibration."""
+    reference = _noisy_reference(true_ms=5.0, noise_ms=0.5)
+    liar = _series([0.0] * 48, [7.0 + 0.5 * (i % 5) / 5 for i in range(48)])
+    for candidate_cal, reference_cal in ((_calibration(1.0, 0.5), _calibration(2.0, 0.5)),  # faster processes
+                                         (_calibration(2.0, 30.0), _calibration(2.0, 30.0, seed=9))):  # noise
+        try:
+            check = timing.check_clock(liar, reference, "cuda", candidate_cal, reference_cal)
+        except timing.TimingRejected as rejected:
+            assert "disagrees" in str(rejected)
+        else:
+            raise AssertionError(f"hidden work passed with offset {check.harness_offset_ms}")
+
+
 def test_a_ranks_words_render_inert():
     """What a rank says reaches the terminal through the verdict: no escape sequence, no markup
     (tests/fixtures/hostile/log_flood_and_escapes.py end to end)."""

@@ -81,6 +81,13 @@ class Revealed(Reply):
     indices: list[int] = Field(max_length=MAX_CALLS)
 
 
+class Calibrated(Reply):
+    type: Literal["calibrated"]
+    round: int
+    index: int = Field(ge=0, le=MAX_CALLS)
+    ms: Millis
+
+
 class Dropped(Reply):
     type: Literal["dropped"]
     round: int
@@ -117,7 +124,7 @@ class CompileRequest(Reply):
 
 
 REPLIES: dict[str, type[Reply]] = {model.model_fields["type"].annotation.__args__[0]: model  # type: ignore[union-attr]
-                                   for model in (Ready, Loaded, Staged, Done, BurstDone, Revealed, Dropped, Profiled, Made,
+                                   for model in (Ready, Loaded, Staged, Done, BurstDone, Revealed, Calibrated, Dropped, Profiled, Made,
                                                  Failed, CompileRequest)}
 
 

@@ -60,6 +60,7 @@ CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candi
 # on a GPU the reference may run this much slower beside the candidate than alone before the speedup is taken against
 # its time alone (the GPU is the job's own, so an honest reference keeps its speed; on a shared host CPU it does not)
 SLOWED_REFERENCE = 1.25
+CALIBRATION_CALLS = 12  # harness-only calls timed in each group before candidate code runs (on a GPU)
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
 MAX_REVEAL_BYTES = 64 * 2**30
@@ -83,6 +84,8 @@ class Evaluation:
         self.rounds = 0
         self.device_name = "cpu"
         self.parent_spent_s: dict[str, float] = {}  # the parent's own work: reading blobs, judging
+        self.reference_calibration = timing.Series([])  # the harness's own per-call cost in each group (see _calibrate)
+        self.candidate_calibration = timing.Series([])
         self.report = EvalReport(
             status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
             dtype=self.dtype, size=self.size, trials=config.trials, public_seeds=[config.seed + t for t in range(config.trials)],
@@ -235,9 +238,11 @@ class Evaluation:
     # ------------------------------------------------------------------ build
     def _build(self) -> None:
         timeout = self.config.timeouts.build_s
-        if self.config.is_timed() and self.config.device == "cuda":  # the reference loads and is timed alone first
+        if self.config.is_timed():  # before any candidate code runs: the harness's own cost in each group, the reference alone
             self._load_reference(timeout)
-            self._time_reference_alone()
+            if self.config.device == "cuda":
+                self._calibrate()
+                self._time_reference_alone()
         elif not self.reference.loaded:
             for rank in range(self.config.world):
                 self.reference.send(rank, {"type": "load"})
@@ -259,6 +264,35 @@ class Evaluation:
                 self.reference.send(rank, {"type": "load"})
         self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
         self.reference.loaded = True
+
+    def _calibrate(self) -> None:
+        """What the harness's own work in a timed call (staging the inputs; the flush, the syncs,
+        the commitment to outputs and inputs, the messages) costs in each group's processes,
+        measured before any candidate code exists. On the H200 it differs from process to process
+        (by up to 5 ms a call at 64 MB, either way), and the clock check compares the two groups'
+        unaccounted time: without this an honest candidate in a slower process read as hiding work.
+        Not on the host CPU, where what a busy machine adds swamps what is measured here."""
+        size, _ = self._round_size()
+        count = min(size, CALIBRATION_CALLS)
+        calls = self._make(self.plan.fresh_keys(count), {0}, list(range(1800, 1800 + count)))
+        try:
+            output_bytes = max(_nbytes(e.shapes[:e.outputs], e.dtypes[:e.outputs]) for e in calls[0].expected)
+            for _ in range(-(-CALIBRATION_CALLS // count)):
+                for group, series in ((self.reference, self.reference_calibration), (self.candidate, self.candidate_calibration)):
+                    round_id = self._next_round()
+                    record = timing.Round(stage_ms=self._stage(group, round_id, calls, "calibration"))
+                    for index in range(count):
+                        started = time.perf_counter()
+                        answers = self._checked(group, group.ask(
+                            {"type": "calibrate", "round": round_id, "index": index, "output_bytes": output_bytes, "flush": True},
+                            m.Calibrated, self.config.timeouts.correctness_s, "calibration"))
+                        record.wall_ms.append((time.perf_counter() - started) * 1000.0)
+                        record.claimed_ms.append([a.reply.ms for a in answers])
+                    self._drop(group, round_id)
+                    series.rounds.append(record)
+        finally:
+            for call in calls:
+                call.close()
 
     def _time_reference_alone(self) -> None:
         """A warm-up round and a timed round of the reference with no candidate code anywhere yet:
@@ -415,7 +449,8 @@ class Evaluation:
         for attempt in range(CLOCK_ATTEMPTS):
             reference, candidate = self._timed_series(size, target)
             try:
-                self.report.timing_check = timing.check_clock(candidate, reference, self.config.device)
+                self.report.timing_check = timing.check_clock(candidate, reference, self.config.device,
+                                                              self.candidate_calibration, self.reference_calibration)
                 break
             except timing.TimingRejected as rejected:
                 if attempt + 1 == CLOCK_ATTEMPTS:
@@ -631,6 +666,12 @@ class Evaluation:
         launcher = candidate.launcher_log()
         if launcher.strip() and self.report.status in ("crashed", "timeout"):
             self.report.logs.append(LogExcerpt.of("candidate launcher", launcher, keep_chars=2000))
+
+
+def _nbytes(shapes: list[tuple[int, ...]], dtypes: list[str]) -> int:
+    import torch
+
+    return sum(math.prod(shape) * getattr(torch, dtype).itemsize for shape, dtype in zip(shapes, dtypes))
 
 
 def reveal_limit(call: Call, rank: int) -> int:

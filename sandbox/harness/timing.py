@@ -6,9 +6,11 @@ the CPU); the parent measures, on a clock no rank can touch, the wall time from 
 command to the last rank's answer. The difference is the harness's own cost of a call (the
 message, the alignment, the syncs, the checksum of the outputs), which does not depend on the
 solution: the reference, run through the very same rounds on inputs of the same sizes, shows
-what it is. A candidate whose calls leave much more time unaccounted for than the reference's
-(work hidden before its timer starts, after it stops, or in what it claims) is ``rejected``; so
-is one that claims more time than passed, or a speed beyond the roofline.
+what it is; on a GPU, a calibration of each group's processes (the same harness work with no
+solution in it, before any candidate code is loaded) takes out what the candidate's processes are
+surely slower by on their own. A candidate whose calls leave much more time unaccounted for than
+the reference's (work hidden before its timer starts, after it stops, or in what it claims) is
+``rejected``; so is one that claims more time than passed, or a speed beyond the roofline.
 
 The reported time is the median over calls of the slowest rank's claimed time (calls are aligned),
 less the empty interval measured before the candidate existed, and never less than what the
@@ -92,10 +94,26 @@ def _difference_error(reference: list[float], n_candidate: int) -> float:
     return MAD_TO_SE * _mad(reference) * math.sqrt(1 / max(len(reference), 1) + 1 / max(n_candidate, 1))
 
 
-def check_clock(candidate: Series, reference: Series, device: str) -> ClockCheck:
+def _offset(candidate: list[float], reference: list[float]) -> float:
+    """How much more ``candidate`` surely takes than ``reference`` (the difference of medians less
+    one standard error), else 0: a candidate's processes get credit for being slower on their own,
+    never a tolerance widened by a noisy calibration."""
+    if not candidate or not reference:
+        return 0.0
+    difference = statistics.median(candidate) - statistics.median(reference)
+    return max(difference - _difference_error(reference, len(candidate)), 0.0)
+
+
+def check_clock(candidate: Series, reference: Series, device: str, candidate_calibration: Series | None = None,
+                reference_calibration: Series | None = None) -> ClockCheck:
     """Raise TimingRejected when the candidate's claims disagree with the parent's clock; else the
-    check's numbers, including the least time per call the parent's clock allows (``clock_floor_ms``)."""
+    check's numbers, including the least time per call the parent's clock allows (``clock_floor_ms``).
+    The calibrations (the harness's own work timed in each group's processes before any candidate
+    code ran, on a GPU) take out what the candidate's processes are surely slower by on their own."""
     floor = FLOOR_MS.get(device, FLOOR_MS["cpu"])
+    cand_cal, ref_cal = candidate_calibration or Series([]), reference_calibration or Series([])
+    offset = _offset(cand_cal.unclaimed(), ref_cal.unclaimed())
+    stage_offset = _offset(cand_cal.staging_per_call(), ref_cal.staging_per_call())
     for r in candidate.rounds:
         for wall, ranks in zip(r.wall_ms, r.claimed_ms):
             if max(ranks) > wall + OVERCLAIM_SLACK_MS:
@@ -103,23 +121,26 @@ def check_clock(candidate: Series, reference: Series, device: str) -> ClockCheck
                                      "harness's clock between giving it the call and its answer")
     claimed = statistics.median(candidate.steps())
     cand_unclaimed, ref_unclaimed = candidate.unclaimed(), reference.unclaimed()
-    shift = statistics.median(cand_unclaimed) - statistics.median(ref_unclaimed)
+    shift = statistics.median(cand_unclaimed) - statistics.median(ref_unclaimed) - offset
     error = _difference_error(ref_unclaimed, len(cand_unclaimed))
     allowed = HIDDEN_FRACTION * claimed + CONFIDENCE * error + floor
     cand_stage, ref_stage = candidate.staging_per_call(), reference.staging_per_call()
-    stage_shift = statistics.median(cand_stage) - statistics.median(ref_stage)
+    stage_shift = statistics.median(cand_stage) - statistics.median(ref_stage) - stage_offset
     allowed_stage = HIDDEN_FRACTION * claimed + CONFIDENCE * _difference_error(ref_stage, len(cand_stage)) + floor
-    estimate = statistics.median(r_wall for r in candidate.rounds for r_wall in r.wall_ms) - statistics.median(ref_unclaimed)
+    estimate = (statistics.median(r_wall for r in candidate.rounds for r_wall in r.wall_ms) - statistics.median(ref_unclaimed)
+                - offset)
     check = ClockCheck(candidate_unclaimed_ms=round(statistics.median(cand_unclaimed), 4),
                        reference_unclaimed_ms=round(statistics.median(ref_unclaimed), 4), allowed_excess_ms=round(allowed, 4),
                        candidate_staging_ms=round(statistics.median(cand_stage), 4),
                        reference_staging_ms=round(statistics.median(ref_stage), 4), allowed_staging_excess_ms=round(allowed_stage, 4),
-                       clock_estimate_ms=round(estimate, 4), clock_floor_ms=round(max(estimate - CONFIDENCE * error - floor, 0.0), 6))
+                       clock_estimate_ms=round(estimate, 4), clock_floor_ms=round(max(estimate - CONFIDENCE * error - floor, 0.0), 6),
+                       harness_offset_ms=round(offset, 4), staging_offset_ms=round(stage_offset, 4))
     if shift > allowed:
         raise TimingRejected(
             f"the harness's clock disagrees with the ranks' timings: each call took {shift:.3f} ms more than the ranks claimed, "
-            f"beyond the harness's own cost of a call as the reference shows it ({check.reference_unclaimed_ms:.3f} ms; allowed "
-            f"{allowed:.3f} ms more): work was done outside the timed interval, or the timings were altered")
+            f"beyond the harness's own cost of a call as the reference shows it ({check.reference_unclaimed_ms:.3f} ms, "
+            f"{offset:+.3f} ms in the candidate's processes; allowed {allowed:.3f} ms more): work was done outside the timed "
+            "interval, or the timings were altered")
     if stage_shift > allowed_stage:
         raise TimingRejected(
             f"staging a call's inputs took {check.candidate_staging_ms:.3f} ms against the reference's "

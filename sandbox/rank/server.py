@@ -45,7 +45,7 @@ class RankServer:
                                  on_cpu=config.get("on_cpu", False))
         self.torch = self.device.torch
         self.handlers = {"load": self.load, "stage": self.stage, "call": self.call, "burst": self.burst,
-                         "reveal": self.reveal, "drop": self.drop, "profile": self.profile}
+                         "reveal": self.reveal, "drop": self.drop, "profile": self.profile, "calibrate": self.calibrate}
 
     # ---------------------------------------------------------------- the loop
     def serve(self) -> None:
@@ -143,6 +143,18 @@ class RankServer:
         current["outputs"][index] = leaves
         return {"type": "done", "round": message["round"], "index": index, "ms": ms,
                 "checksum": self._commitment(leaves, entry["leaves"])}, []
+
+    def calibrate(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        """A timed call's harness work with no solution in it (the flush, an empty timed interval,
+        the commitment to outputs of ``output_bytes`` and to the staged inputs): the parent asks for
+        it before any candidate code is loaded, to learn what that work costs in this process."""
+        entry = self.rounds[message["round"]]["calls"][message["index"]]
+        stand_in = self.torch.ones(int(message["output_bytes"]), dtype=self.torch.uint8, device=self.device.device)
+        if message.get("flush", True):
+            self.device.flush_l2()
+        _, ms = self.device.timed(lambda: None)
+        self._commitment([stand_in], entry["leaves"])
+        return {"type": "calibrated", "round": message["round"], "index": message["index"], "ms": ms}, []
 
     def burst(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """The round's calls from ``start`` on, back to back: no host sync, no barrier between them."""
