@@ -21,7 +21,7 @@ from agent.trajectory import Trajectory
 from problems import get_problem
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
-from tests.providers_http import LocalServer, anthropic_message, fast_policy, openai_completion
+from tests.support.providers_http import LocalServer, anthropic_message, fast_policy, openai_completion
 
 CORRECT = '''```python
 import torch

@@ -1,5 +1,5 @@
 """The loop as real users run it (issue 14): each finding of the 60-run trial with the real
-openai and anthropic SDKs against stand-in servers that misbehave (``tests.providers_http``),
+openai and anthropic SDKs against stand-in servers that misbehave (``tests.support.providers_http``),
 and the trajectory as mini-swe-agent's own inspector shows it."""
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from agent.trajectory import FORMAT, Trajectory, new_run_folder
 from problems import get_problem
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
-from tests.providers_http import (LocalServer, Recorder, anthropic_message, clean_env, fast_policy,  # noqa: F401
+from tests.support.providers_http import (LocalServer, Recorder, anthropic_message, clean_env, fast_policy,  # noqa: F401
                                   json_reply, openai_completion, openai_response)
 
 CORRECT = "```python\nimport torch.distributed as dist\n\n\ndef solution(tensor):\n    out = tensor.float()\n    dist.all_reduce(out)\n    return out.to(tensor.dtype)\n```"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeJudge:

@@ -2,9 +2,9 @@
 files do not depend on the machine.
 
 A template change that alters a prompt fails here with a diff. When the change is meant,
-regenerate the snapshots and review them with ``git diff tests/golden``:
+regenerate the snapshots and review them with ``git diff tests/fixtures/golden``:
 
-    KLOOP_UPDATE_GOLDEN=1 python -m pytest tests/test_prompts.py
+    KLOOP_UPDATE_GOLDEN=1 python -m pytest tests/agent/test_prompts.py
 """
 
 import difflib
@@ -23,9 +23,9 @@ from problems import get_problem
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 from sandbox.topology import with_measurement
-from tests.prompt_fixtures import correct_report, example_solutions, fake_datasheet_topology, fake_measurement, fake_topology
+from tests.support.prompt_fixtures import correct_report, example_solutions, fake_datasheet_topology, fake_measurement, fake_topology
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 UPDATE = os.environ.get("KLOOP_UPDATE_GOLDEN") == "1"
 
 
@@ -36,13 +36,13 @@ def check_golden(name: str, text: str) -> None:
         path.write_text(text)
         return
     if not path.exists():
-        pytest.fail(f"no snapshot {path}; create it with KLOOP_UPDATE_GOLDEN=1 python -m pytest tests/test_prompts.py")
+        pytest.fail(f"no snapshot {path}; create it with KLOOP_UPDATE_GOLDEN=1 python -m pytest tests/agent/test_prompts.py")
     expected = path.read_text()
     if text != expected:
         diff = "".join(difflib.unified_diff(expected.splitlines(keepends=True), text.splitlines(keepends=True),
-                                            fromfile=f"tests/golden/{name} (snapshot)", tofile=f"{name} (rendered now)"))
-        pytest.fail(f"the rendered prompt differs from tests/golden/{name}:\n{diff}\nIf the change is intended, regenerate with "
-                    f"KLOOP_UPDATE_GOLDEN=1 python -m pytest tests/test_prompts.py and review `git diff tests/golden`.",
+                                            fromfile=f"tests/fixtures/golden/{name} (snapshot)", tofile=f"{name} (rendered now)"))
+        pytest.fail(f"the rendered prompt differs from tests/fixtures/golden/{name}:\n{diff}\nIf the change is intended, regenerate with "
+                    f"KLOOP_UPDATE_GOLDEN=1 python -m pytest tests/agent/test_prompts.py and review `git diff tests/fixtures/golden`.",
                     pytrace=False)
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
-CANDIDATES = REPO / "tests" / "candidates"
+CANDIDATES = REPO / "tests" / "fixtures" / "candidates"
 
 
 def script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

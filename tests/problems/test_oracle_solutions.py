@@ -1,6 +1,6 @@
 """The oracle solutions on CPU: each is a valid candidate (static checks), each CUDA source in it
 compiles for sm_90a with nvcc, and each has the ``TRAILING_BARRIER`` switch the GPU tests flip.
-Their behaviour on a GPU is tested in ``test_oracles_gpu.py``."""
+Their behaviour on a GPU is tested in ``test_oracle_solutions_gpu.py``."""
 
 import ast
 

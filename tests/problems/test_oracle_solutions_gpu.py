@@ -2,7 +2,7 @@
 2, 4 and 8 ranks through 500 back-to-back calls, caught by the harness when their trailing
 barrier is removed, and timed and profiled in cuda mode (all-reduce, one rank).
 
-Run on the device machine: ``python -m pytest -m gpu tests/test_oracles_gpu.py -s``. Each case
+Run on the device machine: ``python -m pytest -m gpu tests/problems/test_oracle_solutions_gpu.py -s``. Each case
 prints one line starting with ``ORACLE |``: problem, world, device and size, variant, status, wall
 time, message. ``KLOOP_ORACLE_STRESS_CALLS`` overrides the 500 back-to-back calls.
 """
@@ -17,8 +17,8 @@ from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
 from kloop_runtime.settings import cache_root
 from sandbox.topology_measure import measure_host
-from tests.test_oracles import REQUIRED
-from tests.test_oracles import oracle_source as read_oracle
+from tests.problems.test_oracle_solutions import REQUIRED
+from tests.problems.test_oracle_solutions import oracle_source as read_oracle
 
 pytestmark = pytest.mark.gpu
 
@@ -46,7 +46,7 @@ def evaluate(box, name: str, world: int, variant: str, source: str, **config):
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
-@pytest.mark.parametrize("name", REQUIRED)  # the oracles the suite must have (tests/test_oracles.py)
+@pytest.mark.parametrize("name", REQUIRED)  # the oracles the suite must have (tests/problems/test_oracle_solutions.py)
 def test_oracle_is_correct_through_back_to_back_calls(local_sandbox, name, world):
     report = evaluate(local_sandbox, name, world, "oracle", oracle_source(name))
     assert report.status == "correct", report.model_dump_json(indent=1)

@@ -14,10 +14,10 @@ import torch
 from agent.prompting import input_signature
 from problems import find_problem, load_ref
 from problems.pkb import ROOT_ENV, TRIALS, PkbError, _generator_module, read_defaults
-from tests.candidates import HERE as CANDIDATES
-from tests.pkb_checkout import BASE_SHAPE, make_checkout
+from tests.fixtures.candidates import HERE as CANDIDATES
+from tests.fixtures.pkb_checkout import BASE_SHAPE, make_checkout
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------------------- the loader

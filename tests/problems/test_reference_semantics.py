@@ -1,6 +1,6 @@
 """Each reference computes what its problem's description says: the reference, run by the harness
 on CPU ranks in fp64, against a single-process oracle written from the description and fed every
-rank's inputs. The lint (test_problems.py) checks that a problem can judge; this checks what it
+rank's inputs. The lint (test_suite_lint.py) checks that a problem can judge; this checks what it
 judges. World 4, so that ranks with two neighbours and middle zigzag chunks exist."""
 
 from __future__ import annotations

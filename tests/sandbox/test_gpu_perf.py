@@ -1,7 +1,7 @@
 """GPU tests (marker ``gpu``) for the measured topology and the performance feedback. They print
 what matters: the host's measured rates, and the feedback a model gets for a correct kernel.
 
-    python -m pytest -m gpu -s tests/test_gpu_perf.py
+    python -m pytest -m gpu -s tests/sandbox/test_gpu_perf.py
 """
 
 import json
@@ -17,7 +17,7 @@ from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig
 from kloop_runtime.settings import cache_root
 from sandbox.topology_measure import measure_host
-from tests.candidates import source
+from tests.fixtures.candidates import source
 
 pytestmark = pytest.mark.gpu
 

@@ -1,5 +1,5 @@
 """The measured topology on CPU: cache keys, measured-over-datasheet rates, clean failure without
-a GPU, the probe's kernels compile. (Measuring itself: tests/test_gpu_perf.py.)"""
+a GPU, the probe's kernels compile. (Measuring itself: tests/sandbox/test_gpu_perf.py.)"""
 
 import shutil
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 from sandbox import nvml, topology, topology_measure
 from kloop_runtime.settings import MULTICAST_OFF
 from sandbox.backends import docker
-from tests.prompt_fixtures import fake_measurement
+from tests.support.prompt_fixtures import fake_measurement
 
 INVENTORY = nvml.Inventory(driver="580.159.04", gpus=tuple(
     nvml.GpuRecord(index=i, name="NVIDIA H200", uuid=f"GPU-fake-{i}", memory_mib=143771, nvlinks_active=18) for i in range(8)))

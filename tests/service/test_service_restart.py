@@ -9,7 +9,7 @@ import time
 import pytest
 
 from service.client import parse_sse
-from tests.service_support import HANG, QUICK_EVAL, ServerProcess, wait_for
+from tests.support.service import HANG, QUICK_EVAL, ServerProcess, wait_for
 
 pytestmark = pytest.mark.slow
 SECRET = "sk-kloop-test-secret-0123456789"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.devtools_browser import Browser, find_chromium
-from tests.service_support import QUICK_EVAL, ServerProcess, wait_for
+from tests.support.browser import Browser, find_chromium
+from tests.support.service import QUICK_EVAL, ServerProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_chromium() is None, reason="no chromium (bash docker/ci_setup.sh installs it)")]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agent.batch.episodes import EpisodeResult, StepPoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def result(model: str, problem: str, sample: int, outcome: str = "failed", speedup: float | None = None,

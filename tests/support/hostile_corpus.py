@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FAST_LIMIT = 2.5  # a candidate doing the reference's work (or less, by cheating) must not report more (equal work read 0.9-1.9x on a loaded 2-core box)
 LOG_CAP_CHARS = 20_000
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # what a report may carry of one rank's output

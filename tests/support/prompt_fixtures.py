@@ -5,7 +5,7 @@ from sandbox import topology
 from sandbox.performance import DeviceActivity, analyse, summarize_activities
 from sandbox.report import EvalReport, RankVerdict, Timing
 from sandbox.topology_measure import HostMeasurement, MeasuredGpu, PeerLink
-from tests.candidates import source
+from tests.fixtures.candidates import source
 
 WORLD = 8
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = (ROOT / "problems" / "collective" / "all_reduce" / "reference.py").read_text()
-HANG = (ROOT / "tests" / "candidates" / "all_reduce_hang.py").read_text()
+HANG = (ROOT / "tests" / "fixtures" / "candidates" / "all_reduce_hang.py").read_text()
 QUICK_EVAL = {"problem": "all_reduce", "source": REFERENCE, "allow_nccl": True, "timed": False, "trials": 1}
 
 

@@ -22,7 +22,7 @@ from agent.providers import ModelResponse, ToolCall, make_model
 from agent.run_config import RunConfig
 from problems import get_problem
 from sandbox.harness.config import HarnessConfig
-from tests.providers_http import LocalServer, anthropic_message, clean_env, fast_policy, openai_completion  # noqa: F401
+from tests.support.providers_http import LocalServer, anthropic_message, clean_env, fast_policy, openai_completion  # noqa: F401
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent's shell runs in the jail: run as root (or with user namespaces)")
 

@@ -1,4 +1,4 @@
-"""Bash mode on a GPU (`pytest -m gpu tests/test_bash_gpu.py` on the H200): `scripted:bash-demo-cuda`
+"""Bash mode on a GPU (`pytest -m gpu tests/agent/bash/test_bash_gpu.py` on the H200): `scripted:bash-demo-cuda`
 writes a CUDA all-reduce over symmetric memory that sums one peer too few, `check` in emulation
 shows it wrong, sed fixes it, then check, bench and profile in the episode's own mode, submit;
 the full harness judges the submission. Emulate (2 ranks on one GPU) and cuda (world 1)."""

@@ -4,7 +4,7 @@ The shell runs one command at a time in the jail the judge's candidate ranks get
 outside is real: an API key in this process's environment, a secret in the harness's cache,
 the project's packages and oracles, a TCP listener on loopback outside the jail, the sandbox's
 own folders beside the shell's. kloop's commands are answered by a stand-in here (the real
-ones run the harness: tests/test_bash_agent.py).
+ones run the harness: tests/agent/bash/test_bash_agent.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from agent.bash.shell import Shell
 from kloop_runtime import settings
 from sandbox.backends import LocalSandbox
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the jail's full set of measures needs root (or user namespaces)")
 
 

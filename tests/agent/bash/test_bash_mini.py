@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("minisweagent", reason="mini-swe-agent is the [mini] extra")
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent's shell runs in the jail: run as root (or with user namespaces)")
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mini_swe_agent_in_kloop.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "mini_swe_agent_in_kloop.py"
 
 
 def test_the_example_runs_mini_swe_agents_default_agent_in_the_sandbox(tmp_path):

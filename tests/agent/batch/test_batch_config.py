@@ -15,7 +15,7 @@ from agent.errors import UserError
 from agent.providers import BaselineUnavailable, make_model
 from problems import get_problem
 from sandbox.report import EvalReport
-from tests.batch_support import result
+from tests.support.batch import result
 
 BASE = {"models": ["scripted:demo"], "problems": ["all_reduce"]}
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from agent.batch.metrics import bootstrap, core_metrics, leaderboard, pass_at_k, problem_comparisons, summarize
-from tests.batch_support import hand_fixture, naive_pass_at_k, result
+from tests.support.batch import hand_fixture, naive_pass_at_k, result
 
 
 @pytest.mark.parametrize("n,c,k", [(1, 0, 1), (1, 1, 1), (3, 1, 1), (3, 1, 2), (5, 2, 3), (10, 3, 5), (10, 10, 4), (7, 0, 7)])

@@ -10,7 +10,7 @@ import pytest
 
 from agent.batch.config import parse_config
 from agent.batch.executor_ray import episode_bundle
-from tests.batch_support import kloop, read_records, start_batch, wait_for_lines
+from tests.support.batch import kloop, read_records, start_batch, wait_for_lines
 
 ray = pytest.importorskip("ray")
 
@@ -42,7 +42,7 @@ def test_ray_batch_is_gang_scheduled_kill_safe_and_resumes(cluster, tmp_path):
     config, out = tmp_path / "ray.yaml", tmp_path / "out"
     config.write_text(f"""
 models:
-  - {{spec: "scripted:tests/batch_scripts/chatty.yaml", label: chatty}}
+  - {{spec: "scripted:tests/fixtures/batch_scripts/chatty.yaml", label: chatty}}
   - baseline:reference
 problems: [all_reduce]
 samples: 2

@@ -8,7 +8,7 @@ import pytest
 
 from agent.batch.report import write_html
 from agent.batch.svg import PALETTE
-from tests.batch_support import hand_fixture, result, write_batch_folder
+from tests.support.batch import hand_fixture, result, write_batch_folder
 from tests.browser import chromium, count_color, read_png, screenshot
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium is not installed (docker/ci_setup.sh installs it)")

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from tests.batch_support import kloop, naive_scores, read_records, start_batch, wait_for_lines
+from tests.support.batch import kloop, naive_scores, read_records, start_batch, wait_for_lines
 
 CONFIG = """
 models: [scripted:demo, baseline:reference, baseline:oracle]

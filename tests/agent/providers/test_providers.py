@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 
 import pytest
-from tests.providers_http import clean_env, fast_policy  # noqa: F401  (autouse fixture)
+from tests.support.providers_http import clean_env, fast_policy  # noqa: F401  (autouse fixture)
 
 from agent.providers import (FatalProviderError, InvalidModelSpec, Message, Model, ModelResponse, RateLimited,
                              RetriesExhausted, ScriptExhausted, ToolCall, TransientError, Usage, make_model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import anthropic
-from tests.providers_http import (LocalServer, Recorder, anthropic_message, clean_env, fast_policy,  # noqa: F401
+from tests.support.providers_http import (LocalServer, Recorder, anthropic_message, clean_env, fast_policy,  # noqa: F401
                             json_reply, raw_reply, sdk_http)
 
 from agent.providers import (FatalProviderError, InvalidModelSpec, Message, MissingApiKey, RetriesExhausted, ToolCall,

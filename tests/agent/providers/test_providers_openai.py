@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 
 import pytest
-from tests.providers_http import (LocalServer, Recorder, clean_env, closed_port, fast_policy,  # noqa: F401
+from tests.support.providers_http import (LocalServer, Recorder, clean_env, closed_port, fast_policy,  # noqa: F401
                             json_reply, openai_completion, raw_reply)
 
 from agent.providers import (FatalProviderError, InvalidModelSpec, Message, MissingApiKey, RateLimited,

@@ -9,7 +9,7 @@ import pytest
 from sandbox.backends import LocalSandbox
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
-from tests.docker_support import TEST_IMAGE, KLOOP, box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
+from tests.support.docker import TEST_IMAGE, KLOOP, box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

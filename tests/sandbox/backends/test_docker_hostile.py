@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.docker_support import box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
+from tests.support.docker import box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

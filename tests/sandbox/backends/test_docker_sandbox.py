@@ -17,10 +17,10 @@ from sandbox.backends import SandboxError, open_sandbox
 from sandbox.backends.base import MAX_OUTPUT_BYTES
 from sandbox.backends.docker import DockerSandbox
 from sandbox.backends.docker_engine import LABEL, OWNER_LABEL, sweep_orphans
-from tests.docker_support import KLOOP, TEST_BASE, box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
+from tests.support.docker import KLOOP, TEST_BASE, box, docker_client, make_box, no_container_left, processes, test_image  # noqa: F401
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_exec_runs_in_the_work_dir_as_a_non_root_user(box):

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from sandbox.backends import LocalSandbox, SandboxError
-from tests.processes import leftover_processes
+from tests.support.processes import leftover_processes
 
 
 def test_api_keys_never_reach_the_sandbox(monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 from kloop_runtime import build
 from sandbox.harness.compile_server import CompileServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def server(tmp_path: Path) -> CompileServer:

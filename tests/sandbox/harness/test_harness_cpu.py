@@ -9,8 +9,8 @@ import pytest
 
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
-from tests.candidates import source
-from tests.processes import leftover_processes
+from tests.fixtures.candidates import source
+from tests.support.processes import leftover_processes
 
 WORLDS = [2, 4, 8]
 

@@ -4,7 +4,7 @@ import pytest
 
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
-from tests.candidates import source
+from tests.fixtures.candidates import source
 
 pytestmark = pytest.mark.gpu
 

@@ -1,7 +1,7 @@
 """The hostile corpus on CPU (gloo) at world sizes 2, 4 and 8, through a long-lived harness (the
 path batches and the service take; `kloop eval` runs the same Evaluation once per process).
 
-Every hostile fixture must not get the verdict its header forbids (tests/hostile_corpus.py), no
+Every hostile fixture must not get the verdict its header forbids (tests/support/hostile_corpus.py), no
 candidate data may make the harness fail, no process of a candidate may outlive its group, and
 nothing a fixture drops may appear on the host. Every honest control must be `correct`.
 """
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests import hostile_corpus as hc
+from tests.support import hostile_corpus as hc
 
 HOSTILE = hc.corpus("hostile")
 HONEST = hc.corpus("honest")

@@ -2,7 +2,7 @@
 world 1 (timed: fake events, no-op syncs, hidden work, device-memory replay, CUDA graph replay, a
 spin kernel that slows the reference) and emulate mode at worlds 2 and 4 (correctness only).
 
-    python -m pytest -m gpu tests/test_hostile_gpu.py -q
+    python -m pytest -m gpu tests/sandbox/harness/test_hostile_gpu.py -q
     python benchmarks/hostile_report.py --device cuda --worlds 1      # the same, as a table
 """
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests import hostile_corpus as hc
+from tests.support import hostile_corpus as hc
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ from sandbox.harness.confine import landlock_abi
 from sandbox.harness.trees import nearly_constant
 from sandbox.rank.server import flatten_outputs
 from kloop_runtime.pkb_shim.utils.cuda_helpers import compile_cuda_extension, needs_cuda
-from tests.candidates import source
+from tests.fixtures.candidates import source
 
 
 def evaluate(box, root: Path, ident: str, code: str, world: int = 2):

@@ -1,6 +1,6 @@
 """Run one jail (or, with "old", the harness's former confinement) and print what happened.
 
-``python jail_driver.py CONFIG_JSON``, as root or as uid 65534 (tests/jail_support.py). Its
+``python driver.py CONFIG_JSON``, as root or as uid 65534 (tests/sandbox/jail/support.py). Its
 own environment holds a fake API key, which the probes look for in /proc/<this pid>/environ;
 "{driver_pid}" in argv becomes this process's pid. Prints one JSON line: measures, gaps,
 returncode, and kill_s when the jail was killed after ``kill_when`` appeared.
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from sandbox.jail import Jail, JailSpec  # noqa: E402
 

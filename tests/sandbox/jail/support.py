@@ -12,8 +12,8 @@ from pathlib import Path
 
 from sandbox.jail import policy
 
-PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
-DRIVER = str(Path(__file__).with_name("jail_driver.py"))
+PROJECT_ROOT = str(Path(__file__).resolve().parents[3])
+DRIVER = str(Path(__file__).with_name("driver.py"))
 NOBODY = 65534
 
 # The test runs as root; to cover the jail's user-namespace path, the driver runs as uid 65534
@@ -44,7 +44,7 @@ def as_unprivileged(argv: list[str], readable: list[str], writable: list[str], e
 
 
 def run_driver(config: dict, unprivileged: bool, env: dict[str, str] | None = None, timeout_s: float = 300) -> dict:
-    """Run tests/jail_driver.py with ``config`` (as root, or as uid 65534); returns its JSON."""
+    """Run tests/sandbox/jail/driver.py with ``config`` (as root, or as uid 65534); returns its JSON."""
     env = {"PATH": os.environ["PATH"], **(env or {})}
     argv = [sys.executable, DRIVER, json.dumps(config)]
     if unprivileged:

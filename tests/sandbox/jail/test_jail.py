@@ -1,7 +1,7 @@
 """The jail's honest controls and lifecycle: what candidate ranks need still works inside
 (torch, gloo over loopback, a FileStore in the private /tmp, the work dir), and the whole
 tree ends with the jail however it forked. Run from root and from an unprivileged user
-(the user-namespace path), through tests/jail_driver.py."""
+(the user-namespace path), through tests/sandbox/jail/driver.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from sandbox.backends import LocalSandbox
 from sandbox.jail import Jail, JailError, JailSpec
-from tests.jail_support import give_to_nobody, processes_with, run_driver
+from tests.sandbox.jail.support import give_to_nobody, processes_with, run_driver
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="compares root and unprivileged jails: run as root")
 MODES = ("root", "user")
@@ -235,7 +235,7 @@ def test_the_jail_ends_when_its_caller_dies(tmp_path):
     token = secrets.token_hex(6)
     caller = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
         from sandbox.jail import Jail, JailSpec
         jail = Jail.start(JailSpec(workdir={str(tmp_path)!r}), [sys.executable, "-c", "import time; time.sleep(600)", {token!r}])
         print("started", flush=True)

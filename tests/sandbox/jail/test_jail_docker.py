@@ -1,7 +1,7 @@
 """The jail inside the Docker sandbox (non-root user, no capabilities, Docker's default seccomp
 profile: no namespaces). It must fall back to Landlock, no_new_privs, seccomp and rlimits, end
 the tree by a scoped kill(-1), and say what did not hold. The hostile probes of
-tests/jail_probes.py run there against listeners and processes of the same uid."""
+tests/fixtures/jail_probes.py run there against listeners and processes of the same uid."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker_support import docker_client, no_container_left, test_image  # noqa: F401 - fixtures
-from tests.test_jail import DAEMON
+from tests.support.docker import docker_client, no_container_left, test_image  # noqa: F401 - fixtures
+from tests.sandbox.jail.test_jail import DAEMON
 
 pytestmark = pytest.mark.docker
 
@@ -70,7 +70,7 @@ def outcome(test_image, docker_client):
 
     with DockerSandbox(image=test_image, cache_volume=None, memory="4g", pids=512, work_size="1g") as sandbox:
         sandbox.write_file("runner.py", RUNNER)
-        sandbox.write_file("jailed/probes.py", Path(__file__).with_name("jail_probes.py").read_text())
+        sandbox.write_file("jailed/probes.py", Path(__file__).resolve().parents[2].joinpath("fixtures", "jail_probes.py").read_text())
         sandbox.write_file("jailed/daemon.py", textwrap.dedent(DAEMON))
         result = sandbox.exec(["python3", "runner.py"], timeout_s=300)
     assert result.returncode == 0, result.stdout + result.stderr

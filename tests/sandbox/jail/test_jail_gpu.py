@@ -1,10 +1,10 @@
 """The jail on a GPU (marker gpu): cuda devices, a FileStore group and symmetric memory with
 peer-pointer copies at world 1, 2 and 4 on one GPU. The same checks run standalone with
-``python tests/gpu_probes/jail_cuda.py``."""
+``python tests/fixtures/gpu_probes/jail_cuda.py``."""
 
 import pytest
 
-from tests.gpu_probes.jail_cuda import run_checks
+from tests.fixtures.gpu_probes.jail_cuda import run_checks
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""Hostile probes against the jail, one per escape (tests/jail_probes.py), each run three ways:
+"""Hostile probes against the jail, one per escape (tests/fixtures/jail_probes.py), each run three ways:
 - "old": the confinement candidate ranks had before sandbox.jail (the local backend's
   session and env allow-list, then sandbox.harness.confine.confine as root: Landlock, an
   audit hook); the escapes it let through are asserted to get through there;
@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from sandbox.backends.local import sandbox_env
-from tests.jail_support import NOBODY, PROJECT_ROOT, give_to_nobody, listener, non_loopback_address, run_driver
+from tests.sandbox.jail.support import NOBODY, PROJECT_ROOT, give_to_nobody, listener, non_loopback_address, run_driver
 
-PROBES = Path(__file__).with_name("jail_probes.py")
+PROBES = Path(__file__).resolve().parents[2] / "fixtures" / "jail_probes.py"
 MODES = ("old", "root", "user")
 # what the old confinement let through (measured; the jail must block every probe)
 OLD_ALLOWED = {
