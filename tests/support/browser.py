@@ -1,6 +1,8 @@
-"""Headless Chromium (Debian's ``chromium``) driven over the DevTools protocol: open pages, set a
-cookie, collect console errors and uncaught exceptions, evaluate JavaScript, take screenshots.
-A small client (websockets' sync API), enough for the web page's tests."""
+"""Headless Chromium (Debian's ``chromium``; ``docker/ci_setup.sh`` installs it) driven over the
+DevTools protocol: open pages (served or local files), set a cookie, collect console messages,
+errors and uncaught exceptions, evaluate JavaScript, take screenshots. A small client (websockets'
+sync API), enough for the web page's and the batch report's tests; and a small PNG reader to look
+at a screenshot's pixels."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +158,49 @@ class Browser:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_png(path: Path) -> tuple[int, int, list[bytes]]:
+    """(width, height, rows of RGB(A) bytes) of an 8-bit, non-interlaced PNG, as Chromium writes them."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    position, idat, header = 8, b"", None
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position:position + 8])
+        body = data[position + 8:position + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        position += 12 + length
+    width, height, depth, color_type, _, _, interlace = header
+    assert depth == 8 and interlace == 0 and color_type in (2, 6), header
+    channels = 3 if color_type == 2 else 4
+    raw, stride, rows, previous = zlib.decompress(idat), width * channels, [], bytearray(width * channels)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up, corner = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 255
+            elif kind == 2:
+                line[i] = (line[i] + up) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 255
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 255
+        rows.append(bytes(line) if channels == 3 else bytes(b for j in range(0, stride, 4) for b in line[j:j + 3]))
+        previous = line
+    return width, height, rows
+
+
+def count_color(rows: list[bytes], rgb: tuple[int, int, int], tolerance: int = 12) -> int:
+    count = 0
+    for row in rows:
+        for i in range(0, len(row), 3):
+            if abs(row[i] - rgb[0]) <= tolerance and abs(row[i + 1] - rgb[1]) <= tolerance and abs(row[i + 2] - rgb[2]) <= tolerance:
+                count += 1
+    return count

@@ -9,9 +9,9 @@ import pytest
 from agent.batch.report import write_html
 from agent.batch.svg import PALETTE
 from tests.support.batch import hand_fixture, result, write_batch_folder
-from tests.browser import chromium, count_color, read_png, screenshot
+from tests.support.browser import Browser, count_color, find_chromium, read_png
 
-pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium is not installed (docker/ci_setup.sh installs it)")
+pytestmark = pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (docker/ci_setup.sh installs it)")
 
 
 def rgb(hex_color: str) -> tuple[int, int, int]:
@@ -27,8 +27,10 @@ def page(tmp_path_factory):
     html = folder / "report.html"
     write_html([folder], html, resamples=200)
     png = root / "report.png"
-    messages = screenshot(html, png)
-    return {"html": html, "png": png, "messages": messages}
+    with Browser(width=1300, height=2600) as browser:
+        browser.open(html.resolve().as_uri())
+        browser.screenshot(png, full_page=False)
+    return {"html": html, "png": png, "messages": browser.console + browser.errors}
 
 
 def test_the_page_renders_without_console_messages(page):
@@ -56,5 +58,6 @@ def test_the_page_is_self_contained(page):
 def test_the_console_check_catches_errors(tmp_path):
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body><script>console.error('boom'); missing();</script></body></html>")
-    messages = screenshot(bad, tmp_path / "bad.png", size=(400, 300))
-    assert any("boom" in m for m in messages) and any("missing is not defined" in m for m in messages)
+    with Browser(width=400, height=300) as browser:
+        browser.open(bad.resolve().as_uri())
+    assert any("boom" in m for m in browser.errors) and any("missing is not defined" in m for m in browser.errors)
