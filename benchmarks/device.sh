@@ -2,23 +2,23 @@
 # GPU validation on a bare GPU machine: `bash benchmarks/device.sh PART...` (with the device tool:
 # carry `.whl`, the wheels the machine lacks). Each part runs under its own time limit; full logs
 # under $OUT, the lines that matter on stdout. A device call is at most 10 minutes: pick parts.
-#   gpu_tests                 tests/test_gpu.py: symmetric-memory candidate, races, cuda mode, compile errors
-#   jail_gpu                  tests/test_jail_gpu.py: cuda devices, FileStore group and symmetric memory inside the jail
-#   hostile_emulate           tests/test_hostile_gpu.py, emulate mode at worlds 2 and 4 (correctness only)
-#   hostile_cuda              tests/test_hostile_gpu.py, cuda mode at world 1 (timed; run it alone on the GPU)
+#   gpu_tests                 tests/sandbox/harness/test_harness_gpu.py: symmetric-memory candidate, races, cuda mode, compile errors
+#   jail_gpu                  tests/sandbox/jail/test_jail_gpu.py: cuda devices, FileStore group and symmetric memory inside the jail
+#   hostile_emulate           tests/sandbox/harness/test_hostile_gpu.py, emulate mode at worlds 2 and 4 (correctness only)
+#   hostile_cuda              tests/sandbox/harness/test_hostile_gpu.py, cuda mode at world 1 (timed; run it alone on the GPU)
 #   probe                     benchmarks/gpu_probe.py: one line per case with stages and where the harness time went
-#   bash_gpu                  tests/test_bash_gpu.py: bash mode, scripted:bash-demo-cuda in emulate (world 2) and cuda (world 1)
+#   bash_gpu                  tests/agent/bash/test_bash_gpu.py: bash mode, scripted:bash-demo-cuda in emulate (world 2) and cuda (world 1)
 #   oracles_w4 / oracles_w8   every oracle in emulation, 500 back-to-back calls
 #   oracles_racy              every oracle without its trailing barrier, worlds 4 and 8
 #   oracles_extra             two-shot all-reduce forced at 4 and 8; several blocks a rank
 #   oracle_cuda               all-reduce oracle in cuda mode, world 1: timing, roofline, profile
-#   perf                      measured topology and the performance feedback (tests/test_gpu_perf.py)
+#   perf                      measured topology and the performance feedback (tests/sandbox/test_gpu_perf.py)
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
 #   timing_ab                 timing stability, world 1, this tree and .baseline (an older tree, carried) in turn
 #   batch_oracles             kloop batch of benchmarks/batch_oracles_cuda.yaml (oracles and references, cuda, world 1) + report
 #   service_cuda              kloop serve on GPU 0: 40 cuda world-1 evaluations from 8 API clients (benchmarks/service_load.py)
 #   service_cpu               kloop serve, 6 CPU slots: 200 CPU evaluations from 20 API clients (none lost or duplicated, p50/p99)
-#   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/test_problems_gpu.py)
+#   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/problems/test_suite_gpu.py)
 # Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
 #   vs_pkb                    benchmarks/vs_pkb.py: PKB's run_local vs kloop eval, cold and warm, one file (about 5 min)
 #   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
@@ -37,7 +37,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), 'GPU(s)')"
 PYTEST="python3 -m pytest -m gpu -q -s -p no:cacheprovider"
-ORACLES="$PYTEST tests/test_oracles_gpu.py"
+ORACLES="$PYTEST tests/problems/test_oracle_solutions_gpu.py"
 part() {
   local name=$1 limit=$2; shift 2
   local started=$SECONDS
@@ -48,18 +48,18 @@ part() {
 }
 for name in "$@"; do
   case $name in
-    gpu_tests) part "$name" 480 $PYTEST tests/test_gpu.py ;;
-    jail_gpu) part "$name" 200 $PYTEST tests/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
-    hostile_emulate) part "$name" 540 $PYTEST tests/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
-    hostile_cuda) part "$name" 260 $PYTEST tests/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: " "$OUT/$name.log" | cut -c1-200 ;;
+    gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
+    jail_gpu) part "$name" 200 $PYTEST tests/sandbox/jail/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
+    hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
+    hostile_cuda) part "$name" 260 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: " "$OUT/$name.log" | cut -c1-200 ;;
     probe) part "$name" 90 python3 benchmarks/gpu_probe.py --json "$OUT/probe.json"; grep -vE "^\s*log|^      " "$OUT/$name.log" | cut -c1-300 ;;
-    bash_gpu) part "$name" 560 $PYTEST tests/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
+    bash_gpu) part "$name" 560 $PYTEST tests/agent/bash/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
     oracles_w4) part "$name" 300 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -4]" ;;
     oracles_w8) part "$name" 420 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -8]" ;;
     oracles_racy) part "$name" 240 env KLOOP_ORACLE_STRESS_CALLS=100 $ORACLES -k "trailing_barrier" ;;
     oracles_extra) part "$name" 150 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "two_shot or several_blocks" ;;
     oracle_cuda) part "$name" 90 $ORACLES -k "cuda_mode" ;;
-    perf) part "$name" 200 $PYTEST tests/test_gpu_perf.py ;;
+    perf) part "$name" 200 $PYTEST tests/sandbox/test_gpu_perf.py ;;
     latency) part "$name" 120 python3 benchmarks/eval_latency.py --device cuda --world 1; tail -6 "$OUT/latency.log" ;;
     service_cuda)
       part "$name" 480 python3 benchmarks/service_load.py --start --evals 40 --clients 8 --device cuda --world 1 -- --gpus 0 --cpu-slots 2
@@ -79,17 +79,17 @@ for name in "$@"; do
         --out /tmp/pkb_refs --resume
       cp -r /tmp/pkb_refs "$OUT/"; grep -E ": (correct|cannot|too|harness|skipped)" "$OUT/$name.log" | cut -c1-200
       sed -n '/^summary/,$p' "$OUT/$name.log" ;;
-    throughput) part "$name" 120 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
+    throughput) part "$name" 480 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
       sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
     stability) part "$name" 110 python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
-        --candidate tests/candidates/all_reduce_symm.py --repeats 5 --json "$OUT/stability.json"
+        --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5 --json "$OUT/stability.json"
       grep -E "job|^timing|all_reduce \|" "$OUT/$name.log" ;;
     batch_oracles)
       part "$name" 540 env COLUMNS=150 python3 -m agent batch benchmarks/batch_oracles_cuda.yaml --out "$OUT/batch-oracles-cuda"
       env COLUMNS=150 python3 -m agent report "$OUT/batch-oracles-cuda" > "$OUT/batch_report.log" 2>&1; cat "$OUT/batch_report.log" ;;
     problems:*)
       ids=$(python3 -c "import sys; from problems import all_problems; cats = set(sys.argv[1].split(','));
-print(' '.join(f'tests/test_problems_gpu.py::test_reference_as_candidate_passes_and_a_perturbed_one_fails[{p.name}]'
+print(' '.join(f'tests/problems/test_suite_gpu.py::test_reference_as_candidate_passes_and_a_perturbed_one_fails[{p.name}]'
                for p in all_problems() if p.spec.category in cats))" "${name#problems:}")
       part "${name//[:,]/_}" 420 $PYTEST $ids ;;
     *) echo "unknown part: $name"; exit 2 ;;

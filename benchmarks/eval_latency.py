@@ -3,7 +3,7 @@
 Cold: empty compile cache, reference cache and seed secret. Warm: the same evaluation again.
 
     python benchmarks/eval_latency.py --device cuda --world 1            # the H200 target
-    python benchmarks/eval_latency.py --device cpu --world 2 --candidate tests/candidates/all_reduce_fp32.py --allow-nccl
+    python benchmarks/eval_latency.py --device cpu --world 2 --candidate tests/fixtures/candidates/all_reduce_fp32.py --allow-nccl
 
 Each run is a separate harness job in a fresh local sandbox (what `kloop eval` does, less the CLI's
 own start-up); the profile stage is left out unless --profile.
@@ -28,7 +28,7 @@ STAGES = ("static", "startup", "build", "correctness", "performance", "recheck",
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", default="all_reduce")
-    parser.add_argument("--candidate", default=str(ROOT / "tests/candidates/all_reduce_symm.py"))
+    parser.add_argument("--candidate", default=str(ROOT / "tests/fixtures/candidates/all_reduce_symm.py"))
     parser.add_argument("--device", default="cuda", choices=DEVICE_MODES)
     parser.add_argument("--world", type=int, default=1)
     parser.add_argument("--trials", type=int, default=5)

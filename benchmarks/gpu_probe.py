@@ -17,11 +17,11 @@ from pathlib import Path
 from common import ROOT, HarnessConfig, LocalSandbox, evaluate_in
 
 CASES = [
-    ("symm emulate w2", "tests/candidates/all_reduce_symm.py", dict(device="emulate", world=2)),
-    ("symm emulate w4", "tests/candidates/all_reduce_symm.py", dict(device="emulate", world=4)),
-    ("symm cuda w1", "tests/candidates/all_reduce_symm.py", dict(device="cuda", world=1)),
-    ("fp32 nccl cuda w1", "tests/candidates/all_reduce_fp32.py", dict(device="cuda", world=1, allow_nccl=True)),
-    ("fp32 no-nccl cuda w1", "tests/candidates/all_reduce_fp32.py", dict(device="cuda", world=1, allow_nccl=False)),
+    ("symm emulate w2", "tests/fixtures/candidates/all_reduce_symm.py", dict(device="emulate", world=2)),
+    ("symm emulate w4", "tests/fixtures/candidates/all_reduce_symm.py", dict(device="emulate", world=4)),
+    ("symm cuda w1", "tests/fixtures/candidates/all_reduce_symm.py", dict(device="cuda", world=1)),
+    ("fp32 nccl cuda w1", "tests/fixtures/candidates/all_reduce_fp32.py", dict(device="cuda", world=1, allow_nccl=True)),
+    ("fp32 no-nccl cuda w1", "tests/fixtures/candidates/all_reduce_fp32.py", dict(device="cuda", world=1, allow_nccl=False)),
 ]
 
 
@@ -67,7 +67,7 @@ def main() -> int:
             with tempfile.TemporaryDirectory(prefix="kloop-probe-cold-") as cold:
                 with LocalSandbox(env={"KLOOP_CACHE_DIR": cold if fresh else cache}) as box:
                     started = time.monotonic()
-                    report = evaluate_in(box, (ROOT / "tests/candidates/all_reduce_symm.py").read_text(),
+                    report = evaluate_in(box, (ROOT / "tests/fixtures/candidates/all_reduce_symm.py").read_text(),
                                          HarnessConfig(problem="all_reduce", device="cuda", world=1))
                     rows.append(line(label, report, time.monotonic() - started))
     if args.json:

@@ -5,7 +5,7 @@
     python benchmarks/hostile_report.py --device cuda --worlds 1          # the GPU fixtures on an H200
     python benchmarks/hostile_report.py --device emulate --worlds 2 4
 
-A row ends in OK when the verdict is one the fixture may get (tests/hostile_corpus.py), else in
+A row ends in OK when the verdict is one the fixture may get (tests/support/hostile_corpus.py), else in
 BREACH with the reason. Fixtures run through one long-lived harness per device mode (the path of
 batches and the service).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests import hostile_corpus as hc  # noqa: E402
+from tests.support import hostile_corpus as hc  # noqa: E402
 
 
 def main() -> int:

@@ -6,7 +6,7 @@ Goal on one H200: <= 1 s per evaluation and >= 40 evaluations a minute (the firs
 which starts everything, is reported apart).
 
     python benchmarks/throughput.py --device cuda --count 40 --out /tmp/throughput
-    python benchmarks/throughput.py --device cpu --count 5 --candidate tests/candidates/all_reduce_fp32.py --allow-nccl
+    python benchmarks/throughput.py --device cpu --count 5 --candidate tests/fixtures/candidates/all_reduce_fp32.py --allow-nccl
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", default="all_reduce")
     parser.add_argument("--pkb-root", type=Path, help="for pkb:N problems")
-    parser.add_argument("--candidate", type=Path, default=ROOT / "tests/candidates/all_reduce_symm.py")
+    parser.add_argument("--candidate", type=Path, default=ROOT / "tests/fixtures/candidates/all_reduce_symm.py")
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda", "emulate"])
     parser.add_argument("--world", type=int, default=1)
     parser.add_argument("--count", type=int, default=40, help="evaluations after the first")

@@ -3,7 +3,7 @@ the reported speedup (and of the candidate's and the reference's times), with ea
 interval. Goal: max/min of the speedup <= 1.10 for calls of 0.02-1 ms, <= 1.03 above 1 ms.
 
     python benchmarks/timing_stability.py --world 8 --repeats 5             # every oracle
-    python benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/candidates/all_reduce_symm.py
+    python benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py
 """
 
 from __future__ import annotations

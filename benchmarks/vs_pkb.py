@@ -8,7 +8,7 @@ the ratios PKB / kloop (goal: warm >= 20x, cold >= 6x).
 
     python benchmarks/vs_pkb.py --pkb-root .pkb --out /tmp/vs_pkb               # the H200 run
     python benchmarks/vs_pkb.py --pkb-root .pkb --device cpu --world 2 --allow-nccl \\
-        --candidate tests/candidates/pkb_allreduce_cuda_helpers.py --skip-pkb        # kloop's side on CPU
+        --candidate tests/fixtures/candidates/pkb_allreduce_cuda_helpers.py --skip-pkb        # kloop's side on CPU
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def local_sandbox():
 
 @pytest.fixture(scope="session")
 def pkb_root(tmp_path_factory) -> Path:
-    """A small ParallelKernelBench checkout (see tests.pkb_checkout), shared by the PKB tests."""
-    from tests.pkb_checkout import make_checkout
+    """A small ParallelKernelBench checkout (see tests.fixtures.pkb_checkout), shared by the PKB tests."""
+    from tests.fixtures.pkb_checkout import make_checkout
 
     return make_checkout(tmp_path_factory.mktemp("pkb"))

@@ -1,0 +1,82 @@
+"""GPU tests (marker ``gpu``): run on the device machine with ``pytest -m gpu``."""
+
+import pytest
+
+from sandbox.evaluate import evaluate_in
+from sandbox.harness.config import HarnessConfig, StageTimeouts
+from tests.fixtures.candidates import source
+
+pytestmark = pytest.mark.gpu
+
+SYMM = source("all_reduce_symm")
+RACY = SYMM.replace("TRAILING_BARRIER = True", "TRAILING_BARRIER = False")
+
+
+def config(world, device, **overrides):
+    return HarnessConfig(problem="all_reduce", world=world, device=device, **overrides)
+
+
+@pytest.mark.parametrize("world,size", [(2, "small"), (4, "small"), (8, "small"), (2, "default")])
+def test_symmetric_memory_all_reduce_passes_in_emulation(local_sandbox, world, size):
+    report = evaluate_in(local_sandbox, SYMM, config(world, "emulate", trials=5, size=size))
+    print(f"\nemulate world {world} {size}: {report.status}: {report.message} ({report.wall_s:.1f} s) stages {report.stage_wall_s}")
+    assert report.status == "correct", report.model_dump_json(indent=1)
+    assert report.candidate_timing is None  # emulation is never timed
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_racy_all_reduce_without_trailing_barrier_is_caught(local_sandbox, world):
+    report = evaluate_in(local_sandbox, RACY, config(world, "emulate", trials=8, timeouts=StageTimeouts(correctness_s=120)))
+    print(f"\nracy world {world}: {report.status}: {report.message}")
+    assert report.status == "wrong", report.message
+    assert report.mismatch.trial >= 1  # the first, isolated call is right; back-to-back calls race
+
+
+def test_cuda_mode_times_reference_and_candidate(local_sandbox):
+    report = evaluate_in(local_sandbox, SYMM, config(1, "cuda"))
+    print(f"\ncuda world 1: {report.message}\nreference {report.reference_timing}\ncandidate {report.candidate_timing}\n"
+          f"roofline {report.roofline}\nprofile {report.profile}")
+    assert report.status == "correct", report.model_dump_json(indent=1)
+    assert report.reference_timing.median_ms > 0 and report.candidate_timing.median_ms > 0
+    assert report.speedup is not None and report.roofline is not None and 0 < report.roofline_fraction < 1.5
+    assert report.profile is not None and any("one_shot_all_reduce" in k.name for k in report.profile.kernels)
+
+
+def test_compile_error_is_build_failed_with_the_compiler_log(local_sandbox):
+    broken = SYMM.replace("float sum = 0.f;", "float sum = 0.f; undeclared_thing += 1;")
+    report = evaluate_in(local_sandbox, broken, config(2, "emulate"))
+    assert report.status == "build_failed", report.message
+    assert "undeclared_thing" in report.build_log.text() and "error" in report.build_log.text()
+
+
+def test_torch_extension_path_builds_and_runs(local_sandbox):
+    extension = '''
+import torch
+import torch.distributed as dist
+from sandbox import runtime
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void scale(const float* x, float* y, float a, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+torch::Tensor run(torch::Tensor x, double a) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    scale<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), (float)a, n);
+    return y;
+}
+"""
+_ext = []
+
+@torch.no_grad()
+def solution(tensor):
+    if not _ext:
+        _ext.append(runtime.load_extension("scale_ext", cuda_sources=CUDA, cpp_sources="torch::Tensor run(torch::Tensor x, double a);", functions=["run"]))
+    out = _ext[0].run(tensor.float(), 1.0)
+    dist.all_reduce(out)
+    return out.to(tensor.dtype)
+'''
+    report = evaluate_in(local_sandbox, extension, config(2, "emulate", allow_nccl=True))
+    assert report.status == "correct", report.model_dump_json(indent=1)

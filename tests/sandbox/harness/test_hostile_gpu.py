@@ -1,0 +1,83 @@
+"""The GPU-relevant part of the hostile corpus, on an NVIDIA GPU (marker ``gpu``): cuda mode at
+world 1 (timed: fake events, no-op syncs, hidden work, device-memory replay, CUDA graph replay, a
+spin kernel that slows the reference) and emulate mode at worlds 2 and 4 (correctness only).
+
+    python -m pytest -m gpu tests/sandbox/harness/test_hostile_gpu.py -q
+    python benchmarks/hostile_report.py --device cuda --worlds 1      # the same, as a table
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support import hostile_corpus as hc
+
+pytestmark = pytest.mark.gpu
+
+# CPU fixtures whose attack means something on a GPU too (timing primitives, staging, commitments)
+ALSO_ON_GPU = ("timed_claims_zero", "timer_rebind_perf_counter", "work_after_timer", "precompute_at_stage", "garbage_when_timed",
+               "memo_dataptr_version", "lazy_tensor_subclass", "commit_then_compute_at_reveal", "fake_done_no_compute",
+               "read_oracle_and_project", "read_expected_memfds", "compile_deputy_symlink")
+IN_EMULATION = ("cuda_memo_dataptr", "cuda_graph_replay", "fake_done_no_compute", "commit_then_compute_at_reveal",
+                "lazy_tensor_subclass", "garbage_after_n_calls", "memo_dataptr_version", "garbage_when_timed")
+
+
+def _fixtures(kind: str, names=None):
+    found = hc.corpus(kind, device="any")
+    return [f for f in found if f.device == "cuda" or (names is not None and f.name in names)]
+
+
+# breaches this judge cannot stop on a GPU yet (strict xfail: the day one is stopped, the test says so)
+GPU_KNOWN_HOLES = {
+    "work_after_timer": "on the H200 the parent's clock resolves hidden work per call only down to the harness's own per-call "
+                        "jitter (about 6 ms a call at 64 MB: the commitment copies and hashes 128 MB), and the hidden all-reduce "
+                        "takes 0.4 ms: 15.7x, correct, on 2026-12-02",
+}
+CUDA_CASES = [pytest.param(f, id=f.name, marks=[pytest.mark.xfail(strict=True, reason=GPU_KNOWN_HOLES[f.name])]
+                           if f.name in GPU_KNOWN_HOLES else [])
+              for kind, names in (("hostile", ALSO_ON_GPU), ("honest", ("all_reduce_reference_copy",))) for f in _fixtures(kind, names)]
+EMULATE_CASES = [pytest.param(f, w, id=f"{f.name}-w{w}") for kind, names in (("hostile", IN_EMULATION), ("honest", ()))
+                 for f in _fixtures(kind, names) if f.name in names or kind == "honest"
+                 for w in (2, 4) if f.expect != "not-fast"]
+
+
+@pytest.fixture(scope="module")
+def warm():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from sandbox.backends import LocalSandbox
+    from sandbox.evaluate import WarmEvaluator
+
+    with LocalSandbox() as box, WarmEvaluator(box) as evaluator:
+        yield box, evaluator
+
+
+def _judge(warm, fixture, world, device):
+    box, evaluator = warm
+    started = time.time()
+    report = evaluator.evaluate(fixture.source(), hc.config(fixture, world, device=device, size="default" if device == "cuda" else None))
+    problems = hc.verdict_problems(fixture, report)
+    problems += [f"left on the host: {p}" for p in hc.existing_leaves(hc.leaf_patterns(fixture, box.workdir), started)]
+    problems += [f"outlived its group: {p}" for p in hc.orphans(box.workdir)]
+    print(f"{fixture.id} {device} w{world}: {report.status} speedup={report.speedup} {report.message[:160]!r}")
+    if problems:  # what the judge saw, for whoever reads the log of a GPU run
+        print(f"   isolation {report.isolation}\n   notes {report.notes}\n   timing check {report.timing_check}")
+        for excerpt in report.logs:
+            print(f"   log {excerpt.name}: {excerpt.text()[-1500:]!r}")
+    return problems
+
+
+@pytest.mark.parametrize("fixture", CUDA_CASES)
+def test_cuda_world_1(warm, fixture):
+    problems = _judge(warm, fixture, 1, "cuda")
+    assert not problems, f"{fixture.id}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("fixture, world", EMULATE_CASES)
+def test_emulate(warm, fixture, world):
+    problems = _judge(warm, fixture, world, "emulate")
+    assert not problems, f"{fixture.id} at world {world}: " + "; ".join(problems)
