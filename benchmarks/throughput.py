@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world", type=int, default=1)
     parser.add_argument("--count", type=int, default=40, help="evaluations after the first")
     parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--size", default="small", help="problem size (the goal is stated for a small problem; "
+                        "the default size moves 64 MB a call)")
     parser.add_argument("--timed", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--allow-nccl", action="store_true")
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = find_problem(args.problem, args.pkb_root)
     config = HarnessConfig(problem=problem.name, problem_ref=problem.ref if args.problem.startswith("pkb:") else None,
                            world=args.world, device=args.device, trials=args.trials, timed=args.timed, profile=args.profile,
-                           allow_nccl=args.allow_nccl)
+                           allow_nccl=args.allow_nccl, size=args.size)
     source = args.candidate.read_text()
     walls, statuses, harness = [], [], []
     with tempfile.TemporaryDirectory(prefix="kloop-throughput-cache-") as cache:
