@@ -34,14 +34,6 @@ class StepView:
     def speedup(self) -> float | None:
         return (self.report or {}).get("speedup")
 
-    @property
-    def breakdown(self) -> list[tuple[str, float]]:
-        """Where the candidate's time went, ms per category (from the profile's analysis)."""
-        analysis = (self.report or {}).get("analysis") or {}
-        parts = [("communication", "communication_ms"), ("compute", "compute_ms"), ("own kernels", "custom_ms"), ("copies", "copy_ms"),
-                 ("other", "other_ms"), ("idle", "idle_ms")]
-        return [(label, analysis[key]) for label, key in parts if analysis.get(key) is not None]
-
 
 def _read(path: Path) -> str:
     try:
