@@ -186,7 +186,7 @@ def create_app(service: Service) -> FastAPI:
         path = find_trajectory(service.folder(job))
         if not path.is_file():
             raise HTTPException(404, f"run {job_id} has no trajectory yet (status {job.status})")
-        return JSONResponse(json.loads(path.read_text()))
+        return JSONResponse(json.loads(service.store.redact(path.read_text())))  # files are answered as records are: never a key
 
     def batch_folder(job_id: str):
         job = find(job_id)
@@ -198,7 +198,9 @@ def create_app(service: Service) -> FastAPI:
     def batch_results(job_id: str, who: Token) -> list[dict]:
         from service.views import batch_episodes
 
-        return [result.model_dump(mode="json") for result in batch_episodes(batch_folder(job_id))]
+        import json
+
+        return json.loads(service.store.redact(json.dumps([r.model_dump(mode="json") for r in batch_episodes(batch_folder(job_id))])))
 
     @app.get(f"{API}/batches/{{job_id}}/report", tags=["batches"], summary="A batch's report.html (self-contained)",
              response_class=HTMLResponse)
@@ -206,7 +208,7 @@ def create_app(service: Service) -> FastAPI:
         path = batch_folder(job_id) / "report.html"
         if not path.is_file():
             raise HTTPException(404, f"batch {job_id} has no report yet (it is written when the batch ends)")
-        return HTMLResponse(path.read_text(), headers={"Content-Security-Policy": "sandbox allow-scripts"})
+        return HTMLResponse(service.store.redact(path.read_text()), headers={"Content-Security-Policy": "sandbox allow-scripts"})
 
     @app.get(f"{API}/health", tags=["service"], summary="Liveness and queue counts (no token needed)")
     def health() -> dict:

@@ -43,7 +43,8 @@ def add_web(app: FastAPI, service: Service) -> None:
         return auth.lookup(service.store, request.cookies.get(auth.COOKIE))
 
     def page(request: Request, name: str, status_code: int = 200, **context) -> HTMLResponse:
-        return templates.TemplateResponse(request, name, {"viewer": viewer(request), **context}, status_code=status_code)
+        html = templates.get_template(name).render({"request": request, "viewer": viewer(request), **context})
+        return HTMLResponse(service.store.redact(html), status_code=status_code)  # run folders are shown: never a server key
 
     def login_first(request: Request) -> RedirectResponse:
         return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
@@ -116,4 +117,4 @@ def add_web(app: FastAPI, service: Service) -> None:
         path = service.folder(job) / "report.html" if job is not None and job.kind == "batch" else None
         if viewer(request) is None or path is None or not path.exists():
             return Response(status_code=404)
-        return HTMLResponse(path.read_text(), headers={"Content-Security-Policy": "sandbox allow-scripts"})
+        return HTMLResponse(service.store.redact(path.read_text()), headers={"Content-Security-Policy": "sandbox allow-scripts"})
