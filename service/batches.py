@@ -61,9 +61,11 @@ def check_batch(data: dict[str, Any], evaluations: Evaluations) -> CheckedBatch:
     from agent.batch.runner import check_models
     from agent.run_config import harness_config
 
-    given = [f"config.{name}" for name in SERVER_DECIDES if name in data and not (name == "sandbox" and data[name] in ("local", {"backend": "local"}))]
+    given = [f"config.{name}" for name in SERVER_DECIDES
+             if name in data and not (name == "sandbox" and data[name] in ("local", {"backend": "local"}))]  # the default may be named
     if given:
-        raise RequestRejected(f"{', '.join(given)}: the server decides where candidates run; leave {'them' if len(given) > 1 else 'it'} out")
+        them = "them" if len(given) > 1 else "it"
+        raise RequestRejected(f"{', '.join(given)}: the server decides where candidates run; leave {them} out")
     try:
         config = parse_config(data, "config")
     except UserError as error:
@@ -173,8 +175,8 @@ def run_batch_job(job: Job, control: JobControl, evaluations: Evaluations, model
         raise JobFailed(str(error)) from None
     progress = ServiceProgress(control, checked.config.samples)
     try:
-        outcome = run_batch(checked.config, checked.text, folder, executor=ServiceExecutor(checked.config, control, evaluations, model_slots),
-                            progress=progress)
+        executor = ServiceExecutor(checked.config, control, evaluations, model_slots)
+        outcome = run_batch(checked.config, checked.text, folder, executor=executor, progress=progress)
     except UserError as error:
         raise JobFailed(str(error)) from None
     summary = write_reports(folder)

@@ -160,6 +160,18 @@ def test_kloop_batch_with_server_runs_it_there_as_kloop_batch_would(server, tmp_
         assert api.get(f"/v1/batches/{job['id']}/results").json() == [r for r in sorted(records, key=lambda r: (r["model"], r["sample"]))]
         assert api.get("/v1/batches/eval-x/results").status_code == 404
         web.close()
+    # the local folder is one `kloop report` reads
+    report = subprocess.run([sys.executable, "-m", "agent", "report", str(out), "--html", str(tmp_path / "again.html")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert report.returncode == 0 and "scripted:demo" in report.stdout and "scripted:example" in report.stdout, report.stderr
+    # user mistakes: one line, exit 2
+    for extra, config, message in ((["--filter", "demo"], CONFIG, "--filter: not offered with --server"),
+                                   ([], {**CONFIG, "sandbox": "docker"}, "config.sandbox: the server decides where candidates run")):
+        config_path.write_text(yaml.safe_dump(config))
+        refused = subprocess.run([sys.executable, "-m", "agent", "batch", str(config_path), "--out", str(tmp_path / "no"), "--server",
+                                  server.url, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                                 env={**os.environ, "KLOOP_TOKEN": token, "COLUMNS": "300"})
+        assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
 
 
 @pytest.mark.slow
@@ -205,7 +217,8 @@ def test_a_batch_resumes_after_kill_9_without_redoing_finished_episodes(tmp_path
     try:
         token = server.token("crash")
         with server.client(token) as api:
-            job_id = api.post("/v1/batches", json={"config": {**CONFIG, "models": ["scripted:demo"], "samples": 3, "workers": 1}}).json()["id"]
+            config = {**CONFIG, "models": ["scripted:demo"], "samples": 3, "workers": 1}
+            job_id = api.post("/v1/batches", json={"config": config}).json()["id"]
             folder = server.folder / "data" / "jobs" / job_id
             deadline = time.monotonic() + 600
             while not (folder / "results.jsonl").exists() or not (folder / "results.jsonl").read_text().strip():

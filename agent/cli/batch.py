@@ -49,7 +49,7 @@ def command(
         if local_only:
             raise UserError(f"{', '.join(local_only)}: not offered with --server (the server runs the whole batch)")
         data = yaml.safe_load(text)
-        remote_batch(server, {**data, "workers": workers} if workers else data, out)
+        remote_batch(server, {**data, "workers": workers} if workers else data, text, out)
     try:
         outcome = run_batch(config, text, out, workers=workers, executor=executor.value, pattern=filter_, redo_failed=redo_failed,
                             progress=BatchProgress(console))

@@ -108,10 +108,11 @@ def remote_run(server: str, body: dict[str, Any]) -> None:
     raise typer.Exit(0 if summary.get("best") else 1)
 
 
-def remote_batch(server: str, config: dict[str, Any], out) -> None:
+def remote_batch(server: str, config: dict[str, Any], config_text: str, out) -> None:
     """``kloop batch CONFIG --out DIR --server URL``: the batch runs on the server; its progress is
-    printed as the local command prints it; at the end DIR holds its summary.json, results.jsonl and
-    report.html (the server's), and the leaderboard is printed."""
+    printed as the local command prints it; at the end DIR holds its config.yaml, summary.json,
+    results.jsonl and report.html (the server's; ``kloop report DIR`` reads them), and the
+    leaderboard is printed."""
     from pathlib import Path
 
     from agent.batch.episodes import Episode, EpisodeResult
@@ -155,6 +156,7 @@ def remote_batch(server: str, config: dict[str, Any], out) -> None:
         report = client.batch_report(job_id)
     from agent.trajectory import atomic_write
 
+    atomic_write(folder / "config.yaml", config_text)
     atomic_write(folder / "summary.json", json.dumps(result, indent=2))
     atomic_write(folder / "results.jsonl", "".join(json.dumps(r) + "\n" for r in results))
     if report is not None:
