@@ -9,7 +9,8 @@ re-run resumes), the same summary.json and report.html. What the server adds:
   models and their options are limited as for runs (no keys, endpoints or files of the server);
 - :class:`ServiceExecutor`: episodes judged through the server's evaluation capacity (CPU slots,
   the GPU pool, warm harnesses), model calls through its model-call slots, a cancel ending them;
-- :class:`ServiceProgress`: each episode as an event, the summary so far as the job's result.
+- :class:`ServiceProgress`: each episode as an event (and each step of one, from the executor),
+  the summary so far as the job's result.
 
 After a kill -9 the batch is queued again and resumes in its folder: finished episodes stay.
 """
@@ -110,6 +111,7 @@ class ServiceExecutor(LocalExecutor):
     def prepare(self, ctx: EpisodeContext) -> None:
         ctx.gate = ModelCallGate(self.model_slots, self.control, first=self.gates.gate(ctx.entry.provider))
         ctx.evaluate = lambda source, harness: self.evaluations.evaluate(source, harness, self.control)
+        ctx.on_step = lambda record: self.control.emit("step", {**record, "episode": ctx.episode.id})
 
     def wait(self, timeout_s: float) -> list[tuple[EpisodeContext, EpisodeResult]]:
         finished = super().wait(timeout_s)

@@ -144,6 +144,10 @@ def test_kloop_batch_with_server_runs_it_there_as_kloop_batch_would(server, tmp_
         events = [(t, d) for _, t, d in parse_sse(api.get(f"/v1/jobs/{job['id']}/events").iter_lines())]
         types = [t for t, _ in events]
         assert types.count("batch_started") == 1 and types.count("episode_started") == 4 and types.count("episode") == 4
+        steps = [d for t, d in events if t == "step"]  # each step's verdict as it happens, with its episode
+        assert len(steps) == sum(len(r["steps"]) for r in records) >= 4
+        made = {(r["id"], p["step"], p["status"]) for r in records for p in r["steps"]}
+        assert {(d["episode"], d["step"], str(d.get("status"))) for d in steps} == made
         assert types[-1] == "end" and events[-1][1]["status"] == "done"
         # the web page: agent/batch's leaderboard, its report embedded, each episode's run view
         web = server.client(None)

@@ -45,6 +45,7 @@ class EpisodeContext:
     infra_attempts: int = 0
     evaluate: Callable[[str, Any], Any] | None = None  # (source, HarnessConfig) -> EvalReport: the executor judges (e.g. the
     # service's evaluation capacity) instead of a sandbox session of the episode's own
+    on_step: Callable[[dict[str, Any]], None] | None = None  # each step's record as it is made (the service's events)
 
     @property
     def run_dir(self) -> Path:
@@ -130,7 +131,13 @@ def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
                            cheat_sheet=config.cheat_sheet, pkb_root=config.pkb_root)
     judged = _Judged()
     records: list[dict[str, Any]] = []
-    run = Episode(run_config, model=model, folder=ctx.run_dir, info={"batch_episode": episode.id}, on_step=records.append)
+
+    def on_step(record: dict[str, Any]) -> None:
+        records.append(record)
+        if ctx.on_step is not None:
+            ctx.on_step(record)
+
+    run = Episode(run_config, model=model, folder=ctx.run_dir, info={"batch_episode": episode.id}, on_step=on_step)
     try:
         session = EvaluationSession(harness, sandbox) if ctx.evaluate is None else None
         with session or nullcontext():
