@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from service import auth
 from service.events import job_events
@@ -186,7 +186,29 @@ def create_app(service: Service) -> FastAPI:
         path = find_trajectory(service.folder(job))
         if not path.is_file():
             raise HTTPException(404, f"run {job_id} has no trajectory yet (status {job.status})")
-        return JSONResponse(json.loads(path.read_text()))
+        return JSONResponse(json.loads(service.store.redact(path.read_text())))  # files are answered as records are: never a key
+
+    def batch_folder(job_id: str):
+        job = find(job_id)
+        if job.kind != "batch":
+            raise HTTPException(404, f"job {job_id} is a {job.kind}, not a batch")
+        return service.folder(job)
+
+    @app.get(f"{API}/batches/{{job_id}}/results", tags=["batches"], summary="A batch's finished episodes (its results.jsonl)")
+    def batch_results(job_id: str, who: Token) -> list[dict]:
+        from service.views import batch_episodes
+
+        import json
+
+        return json.loads(service.store.redact(json.dumps([r.model_dump(mode="json") for r in batch_episodes(batch_folder(job_id))])))
+
+    @app.get(f"{API}/batches/{{job_id}}/report", tags=["batches"], summary="A batch's report.html (self-contained)",
+             response_class=HTMLResponse)
+    def batch_report(job_id: str, who: Token) -> HTMLResponse:
+        path = batch_folder(job_id) / "report.html"
+        if not path.is_file():
+            raise HTTPException(404, f"batch {job_id} has no report yet (it is written when the batch ends)")
+        return HTMLResponse(service.store.redact(path.read_text()), headers={"Content-Security-Policy": "sandbox allow-scripts"})
 
     @app.get(f"{API}/health", tags=["service"], summary="Liveness and queue counts (no token needed)")
     def health() -> dict:

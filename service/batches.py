@@ -1,226 +1,197 @@
-"""Batch jobs: models x problems x samples, run as agent runs through the server's capacity.
+"""Batch jobs: ``kloop batch``'s batches, run by the server.
 
-The interface the service needs from a batch is small: ``check_config(dict) -> BatchConfig``
-(422 on a bad config), ``run_batch(config, out, run_episode, control) -> summary`` writing
-``out/results.jsonl`` (one line an episode, appended, so a batch re-run after a restart skips
-finished episodes) and ``out/summary.json``, and ``leaderboard(summary)`` for the page.
+A batch is agent/batch's in every respect: the same config (``BatchConfig``, as JSON), the same
+episodes and runner, the same batch folder (results.jsonl, episodes/, runs/, kill -9 safe, a
+re-run resumes), the same summary.json and report.html. What the server adds:
 
-This is the service's own small implementation of it. ``kloop batch`` (agent/batch, issue 15) is
-built separately; once it is on main this module delegates to it (same config keys, same
-results.jsonl and summary.json), and the batch view also embeds its report.html when present.
+- a check before the job is stored (422 with agent/batch's own message on a bad config); the
+  fields that choose where candidates run (sandbox, gpus, ray, pkb_root) are the server's, and
+  models and their options are limited as for runs (no keys, endpoints or files of the server);
+- :class:`ServiceExecutor`: episodes judged through the server's evaluation capacity (CPU slots,
+  the GPU pool, warm harnesses), model calls through its model-call slots, a cancel ending them;
+- :class:`ServiceProgress`: each episode as an event (and each step of one, from the executor),
+  the summary so far as the job's result.
+
+After a kill -9 the batch is queued again and resumes in its folder: finished episodes stay.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
 import threading
-from collections import defaultdict
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import yaml
 
-from sandbox.harness.config import DeviceMode
-from agent.batch.metrics import pass_at_k
-from service.control import JobControl
-from service.models import Budgets, RunRequest, ServiceRunMode
+from agent.batch.config import BatchConfig, Mode, parse_config
+from agent.batch.episode import EpisodeContext
+from agent.batch.episodes import Episode, EpisodeResult, enumerate_episodes
+from agent.batch.executor_local import LocalExecutor
+from agent.batch.progress import BatchProgress
+from agent.errors import UserError
+from sandbox.gpu_pool import gpus_needed
+from service.control import JobControl, JobFailed
+from service.evaluations import Evaluations
+from service.jobs import ModelCallGate, RequestRejected, load_problem
+from service.models import BatchRequest, check_model_options, check_model_spec
+from service.store import Job
 
-FAST_P = (0.0, 1.0, 1.5, 2.0)
 MAX_EPISODES = 2000
-
-
-class ModelEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    model: str
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-class BatchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    models: list[str | ModelEntry] = Field(min_length=1)
-    problems: list[str] = Field(min_length=1, description="names, category:<cat>, or all")
-    samples: int = Field(1, ge=1, le=50)
-    steps: int = Field(5, ge=1, le=200)
-    mode: ServiceRunMode = "loop"
-    world: int = Field(2, ge=1, le=64)
-    device: DeviceMode = "cpu"
-    size: str | None = None
-    trials: int = Field(5, ge=1, le=100)
-    timed: bool | None = None
-    allow_nccl: bool = False
-    budgets: Budgets = Field(default_factory=Budgets)
-    target_speedup: float | None = None
-    examples: bool = True
-    cheat_sheet: bool = True
-    workers: int = Field(2, ge=1, le=16, description="episodes at once (each still waits for the server's capacity)")
-    seed: int = 0
-    sandbox: Any = Field(None, description="ignored: the server decides where candidates run")
-
-    @field_validator("models")
-    @classmethod
-    def _entries(cls, value: list) -> list:
-        entries = [ModelEntry(model=v) if isinstance(v, str) else v for v in value]
-        names = [entry.model for entry in entries]
-        if len(set(names)) != len(names):
-            raise ValueError(f"a model is named twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
-        return entries
-
-    @staticmethod
-    def episodes(config: BatchConfig) -> Iterator[Episode]:
-        index = 0
-        for entry in config.models:
-            for problem in expand_problems(config.problems):
-                for sample in range(config.samples):
-                    request = RunRequest(problem=problem, model=entry.model, options=entry.options, mode=config.mode, steps=config.steps,
-                                         budgets=config.budgets, target_speedup=config.target_speedup, world=config.world,
-                                         device=config.device, size=config.size, trials=config.trials, timed=config.timed,
-                                         allow_nccl=config.allow_nccl,
-                                         examples=config.examples, cheat_sheet=config.cheat_sheet)
-                    yield Episode(index, entry.model, problem, sample, request)
-                    index += 1
+MAX_WORKERS = 16
+SERVER_DECIDES = ("sandbox", "gpus", "ray", "pkb_root")
+PARTIAL_RESAMPLES = 200  # the summary while the batch runs; the final one has agent/batch's full bootstrap
+PARTIAL_EVERY_S = 2.0
 
 
 @dataclass
-class Episode:
-    index: int
-    model: str
-    problem: str
-    sample: int
-    request: RunRequest
+class CheckedBatch:
+    config: BatchConfig
+    text: str  # the config as the batch folder's config.yaml
+    episodes: list[Episode]
 
     @property
-    def key(self) -> str:
-        return f"{self.model}|{self.problem}|{self.sample}"
-
-    @property
-    def folder_name(self) -> str:
-        return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.index:04d}_{self.problem}_{self.model}_s{self.sample}")[:120]
+    def title(self) -> str:
+        problems = len({e.problem for e in self.episodes})
+        return f"batch: {len(self.config.models)} model(s) x {problems} problem(s) x {self.config.samples}"
 
 
-class BatchConfigError(ValueError):
-    pass
+def check_batch(data: dict[str, Any], evaluations: Evaluations) -> CheckedBatch:
+    """``data`` as a batch this server can run; RequestRejected (-> 422) saying why not."""
+    from agent.batch.runner import check_models
+    from agent.run_config import harness_config
 
-
-def expand_problems(names: list[str]) -> list[str]:
-    from problems import all_problems
-
-    out: list[str] = []
-    for name in names:
-        if name == "all":
-            out += [p.name for p in all_problems()]
-        elif name.startswith("category:"):
-            category = name.split(":", 1)[1]
-            found = [p.name for p in all_problems() if p.spec.category == category]
-            if not found:
-                raise BatchConfigError(f"no problems in category {category!r}")
-            out += found
-        else:
-            out.append(name)
-    return list(dict.fromkeys(out))
-
-
-def check_config(data: dict[str, Any]) -> BatchConfig:
+    given = [f"config.{name}" for name in SERVER_DECIDES
+             if name in data and not (name == "sandbox" and data[name] in ("local", {"backend": "local"}))]  # the default may be named
+    if given:
+        them = "them" if len(given) > 1 else "it"
+        raise RequestRejected(f"{', '.join(given)}: the server decides where candidates run; leave {them} out")
     try:
-        config = BatchConfig.model_validate(data)
-        episodes = sum(1 for _ in BatchConfig.episodes(config))
-    except ValidationError as error:
-        raise BatchConfigError("; ".join(f"config.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())) from None
-    if episodes > MAX_EPISODES:
-        raise BatchConfigError(f"{episodes} episodes; a batch on this server has at most {MAX_EPISODES}")
-    return config
-
-
-def finished_episodes(results: Path) -> dict[str, dict[str, Any]]:
-    lines: dict[str, dict[str, Any]] = {}
-    if results.exists():
-        for line in results.read_text().splitlines():
-            try:
-                record = json.loads(line)
-                lines[record["key"]] = record
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut by a crash
-    return lines
-
-
-def run_batch(config: BatchConfig, out: Path, run_episode: Callable[[Episode, Path], dict[str, Any] | None],
-              control: JobControl) -> dict[str, Any]:
-    """Run every episode not in ``out/results.jsonl`` yet; returns (and writes) the summary."""
-    out.mkdir(parents=True, exist_ok=True)
-    results_path = out / "results.jsonl"
-    done = finished_episodes(results_path)
-    episodes = list(BatchConfig.episodes(config))
-    todo = [e for e in episodes if e.key not in done]
-    lock = threading.Lock()
-    control.emit("batch_started", {"episodes": len(episodes), "done": len(done)})
-
-    def one(episode: Episode) -> None:
-        control.check()
-        result = run_episode(episode, out / "episodes" / episode.folder_name) or {}
-        best = result.get("best") or {}
-        stats = result.get("model_stats") or {}
-        record = {"key": episode.key, "model": episode.model, "problem": episode.problem, "sample": episode.sample,
-                  "exit_status": result.get("exit_status"), "correct": bool(best), "speedup": best.get("speedup"),
-                  "steps": stats.get("api_calls"), "tokens": (stats.get("input_tokens") or 0) + (stats.get("output_tokens") or 0),
-                  "cost_usd": stats.get("instance_cost"), "wall_s": result.get("wall_s"),
-                  "folder": f"episodes/{episode.folder_name}"}
-        with lock:
-            with results_path.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            done[episode.key] = record
-            summary = summarize(config, list(done.values()), len(episodes))
-        control.emit("episode", record)
-        control.store.set_result(control.job.id, summary)
-
-    with ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=f"batch-{control.job.id}") as pool:
-        futures = [pool.submit(one, episode) for episode in todo]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
-    summary = summarize(config, list(done.values()), len(episodes))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
-
-
-def summarize(config: BatchConfig, records: list[dict[str, Any]], total: int) -> dict[str, Any]:
-    by_model: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in records:
-        by_model[record["model"]].append(record)
-    models = {}
+        config = parse_config(data, "config")
+    except UserError as error:
+        raise RequestRejected(str(error)) from None
+    if config.mode is Mode.bash:
+        raise RequestRejected("config.mode: bash mode is not offered by the service yet; use loop or single")
     for entry in config.models:
-        rows = by_model.get(entry.model, [])
-        per_problem: dict[str, list[bool]] = defaultdict(list)
-        for row in rows:
-            per_problem[row["problem"]].append(row["correct"])
-        speedups = [row["speedup"] for row in rows if row["correct"] and row["speedup"]]
-        costs = [row["cost_usd"] for row in rows if row["cost_usd"] is not None]
-        models[entry.model] = {
-            "episodes": len(rows), "correct": sum(row["correct"] for row in rows),
-            "pass_at_k": {str(k): _mean([pass_at_k(len(v), sum(v), k) for v in per_problem.values() if len(v) >= k])
-                          for k in range(1, config.samples + 1)},
-            "fast_p": {str(p): _mean([row["correct"] and (row["speedup"] or 0.0) > p for row in rows]) for p in FAST_P},
-            "geomean_speedup": math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None,
-            "cost_usd": sum(costs) if costs else None,
-            "tokens": sum(row["tokens"] or 0 for row in rows),
-        }
-    return {"episodes": total, "finished": len(records), "models": models}
+        try:
+            check_model_spec(entry.spec)
+            check_model_options(entry.options)
+        except ValueError as error:
+            raise RequestRejected(f"config.models: {entry.label}: {error}") from None
+    try:
+        episodes = enumerate_episodes(config)
+        if len(episodes) > MAX_EPISODES:
+            raise UserError(f"{len(episodes)} episodes; a batch on this server has at most {MAX_EPISODES}")
+        for selector in dict.fromkeys(e.selector for e in episodes):
+            harness = harness_config(load_problem(selector), world=config.world, device=config.device, size=config.size,
+                                     trials=config.trials, timed=config.timed, allow_nccl=config.allow_nccl)
+            evaluations.check(harness)
+        check_models(config)
+    except (UserError, JobFailed) as error:
+        raise RequestRejected(str(error)) from None
+    return CheckedBatch(config, yaml.safe_dump(data, sort_keys=False), episodes)
 
 
-def _mean(values: list) -> float | None:
-    return sum(values) / len(values) if values else None
+class ServiceExecutor(LocalExecutor):
+    """agent/batch's local executor, but every evaluation waits for the server's capacity (its
+    CPU slots or GPUs from its pool) and every model call for a server model-call slot, after the
+    batch's own per-provider cap. A cancelled job stops the batch (its processes are ended by the
+    cancel; episodes cut short are not recorded, so a resume runs them again)."""
+
+    def __init__(self, config: BatchConfig, control: JobControl, evaluations: Evaluations, model_slots: threading.BoundedSemaphore):
+        needed = gpus_needed(config.device, config.world)
+        default = max(1, len(evaluations.gpus) // needed) if needed else evaluations.cpu_slots
+        super().__init__(config, min(config.workers or default, MAX_WORKERS), gpus=())  # GPUs are leased per evaluation
+        self.control, self.evaluations, self.model_slots = control, evaluations, model_slots
+
+    def describe(self) -> str:
+        return f"the server's capacity, {self.capacity} episodes at once"
+
+    def prepare(self, ctx: EpisodeContext) -> None:
+        ctx.gate = ModelCallGate(self.model_slots, self.control, first=self.gates.gate(ctx.entry.provider))
+        ctx.evaluate = lambda source, harness: self.evaluations.evaluate(source, harness, self.control)
+        ctx.on_step = lambda record: self.control.emit("step", {**record, "episode": ctx.episode.id})
+
+    def wait(self, timeout_s: float) -> list[tuple[EpisodeContext, EpisodeResult]]:
+        finished = super().wait(timeout_s)
+        self.control.check()  # cancelled: JobCancelled, and what ended with it is not a result
+        return finished
 
 
-def leaderboard(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Models best first: by pass@1, then fast_1, then geometric-mean speedup."""
-    rows = [{"model": name, **stats} for name, stats in (summary.get("models") or {}).items()]
-    return sorted(rows, key=lambda r: (-(r["pass_at_k"].get("1") or 0), -(r["fast_p"].get("1.0") or 0), -(r["geomean_speedup"] or 0)))
+class ServiceProgress(BatchProgress):
+    """The batch's progress as the job's events (``batch_started``, ``episode_started``,
+    ``episode``: an EpisodeResult, ``episode_retried``) and its result (the summary so far)."""
+
+    def __init__(self, control: JobControl, samples: int):
+        super().__init__(None)
+        self.control, self.samples = control, samples
+        self.results: list[EpisodeResult] = []
+        self._published = 0.0
+
+    def start(self, total: int, done: list[EpisodeResult], executor: str) -> None:
+        super().start(total, done, executor)
+        self.results = list(done)
+        self.control.emit("batch_started", {"episodes": total, "executor": executor,
+                                            "done": [r.model_dump(mode="json", exclude={"steps"}) for r in done]})
+        self.publish(force=True)
+
+    def started(self, episode: Episode) -> None:
+        super().started(episode)
+        self.control.emit("episode_started", {"id": episode.id, "model": episode.model, "problem": episode.problem,
+                                              "sample": episode.sample})
+
+    def retried(self, result: EpisodeResult) -> None:
+        super().retried(result)
+        self.control.emit("episode_retried", result.model_dump(mode="json"))
+
+    def finished(self, result: EpisodeResult) -> None:
+        super().finished(result)
+        self.results.append(result)
+        self.control.emit("episode", result.model_dump(mode="json"))
+        self.publish()
+
+    def progress(self) -> dict[str, Any]:
+        return {"total": self.total, "finished": len(self.results), "running": self.running, "outcomes": dict(self.counts),
+                "spend_usd": round(self.spend, 6)}
+
+    def publish(self, force: bool = False) -> None:
+        from agent.batch.metrics import summarize
+
+        if not force and time.monotonic() - self._published < PARTIAL_EVERY_S and len(self.results) < self.total:
+            return
+        self._published = time.monotonic()
+        summary = summarize(self.results, samples=self.samples, resamples=PARTIAL_RESAMPLES)
+        self.control.store.set_result(self.control.job.id, {**summary, "progress": self.progress()})
+
+
+def run_batch_job(job: Job, control: JobControl, evaluations: Evaluations, model_slots: threading.BoundedSemaphore,
+                  folder: Path) -> dict[str, Any]:
+    """The batch in ``folder`` (resumed when it has results); its summary.json with ``progress``."""
+    from agent.batch.report import write_reports
+    from agent.batch.runner import run_batch
+
+    try:
+        checked = check_batch(BatchRequest.model_validate(job.request).config, evaluations)
+    except RequestRejected as error:  # accepted once; the server changed since (fewer GPUs, no key)
+        raise JobFailed(str(error)) from None
+    progress = ServiceProgress(control, checked.config.samples)
+    try:
+        executor = ServiceExecutor(checked.config, control, evaluations, model_slots)
+        outcome = run_batch(checked.config, checked.text, folder, executor=executor, progress=progress)
+    except UserError as error:
+        raise JobFailed(str(error)) from None
+    summary = write_reports(folder)
+    return {**summary, "progress": {**progress.progress(), "running": 0, "stopped_by_cost": outcome.stopped_by_cost}}
+
+
+def partial_result(folder: Path, result: Any) -> Any:
+    """A cancelled or failed batch's result: the summary of what finished (summary.json and
+    report.html written), with the progress it had."""
+    from agent.batch.report import write_reports
+
+    if not (folder / "episodes").is_dir() or not any((folder / "episodes").glob("*.json")):
+        return result
+    summary = write_reports(folder)
+    progress = result.get("progress") or {} if isinstance(result, dict) else {}
+    return {**summary, "progress": {**progress, "finished": summary["episodes"], "running": 0}}

@@ -1,6 +1,6 @@
 """A client of ``kloop serve``: submit a job, follow its events, read its result.
 
-Used by ``kloop eval|run ... --server URL`` (the token from ``$KLOOP_TOKEN``); needs only httpx,
+Used by ``kloop eval|run|batch ... --server URL`` (the token from ``$KLOOP_TOKEN``); needs only httpx,
 not the service's extra. Errors a user can act on (a bad token, a refused request, an unreachable
 server) are ``UserError`` with the server's own message.
 """
@@ -42,6 +42,9 @@ class ServiceClient:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._send(method, path, **kwargs).json()
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         attempts = 1 if method == "POST" else 3  # reads and cancels are safe to send again (POSTs carry an Idempotency-Key)
         for attempt in range(attempts):
             try:
@@ -57,7 +60,7 @@ class ServiceClient:
             except ValueError:
                 detail = response.text[:300]
             raise UserError(f"the server answered {response.status_code}: {detail}")
-        return response.json()
+        return response
 
     def submit(self, kind: str, body: dict[str, Any]) -> str:
         """POST /v1/{evals,runs,batches}; the job's id. A retried submission (same Idempotency-Key) makes no second job."""
@@ -76,6 +79,19 @@ class ServiceClient:
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/jobs/{job_id}")
+
+    def batch_results(self, job_id: str) -> list[dict[str, Any]]:
+        """The batch's finished episodes (its results.jsonl records)."""
+        return self._call("GET", f"/v1/batches/{job_id}/results")
+
+    def batch_report(self, job_id: str) -> str | None:
+        """The batch's report.html, None when it has none (yet)."""
+        response = self.http.get(f"/v1/batches/{job_id}/report")
+        if response.status_code == 404:
+            return None
+        if response.status_code >= 400:
+            raise UserError(f"the server answered {response.status_code}: {response.text[:300]}")
+        return response.text
 
     def events(self, job_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
         """(type, data) of each event of the job, from its first, until ``end``; reconnects

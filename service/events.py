@@ -1,8 +1,10 @@
 """Server-sent events of one job: what it stored as it ran, then what comes, until it ends.
 
 Each event is ``id: <seq>`` / ``event: <type>`` / ``data: <json>``; types: ``status`` (queued,
-running, done, ...), ``step`` (a run's step: verdict, speedup, tokens, cost), ``verdict`` (an
-evaluation's), ``episode`` (a batch's), and a last ``end`` with the job's final status. A client
+running, done, ...), ``step`` (a run's step, or a batch episode's with its ``episode`` id: verdict,
+speedup, tokens, cost), ``verdict`` (an evaluation's), a batch's ``batch_started``,
+``episode_started``, ``episode`` (agent/batch's EpisodeResult) and ``episode_retried``, and a last
+``end`` with the job's final status. A client
 that reconnects with ``Last-Event-ID`` gets only what it missed.
 """
 

@@ -1,6 +1,6 @@
 """What each kind of job does: ``eval`` judges one solution, ``run`` is an agent run (the loop's
-public entry point, ``agent.loop.Agent``), ``batch`` is models x problems x samples
-(``service.batches``).
+public entry point, ``agent.episode.Episode``); ``batch`` (models x problems x samples) is in
+``service.batches``.
 
 ``check_*`` validate a request before it is stored (a bad problem, world size or model is a 422,
 never a failed job); ``run_*`` do the work in a scheduler thread and return the job's result.
@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
 from problems import UnknownProblem, find_problem
 from sandbox.harness.config import HarnessConfig
-from service.control import JobCancelled, JobControl, JobFailed
+from service.control import JobControl, JobFailed
 from service.evaluations import Evaluations
-from service.models import BatchRequest, EvalRequest, RunRequest
+from service.models import EvalRequest, RunRequest
 from service.store import Job
 
 
@@ -80,26 +81,39 @@ def check_run(request: RunRequest, evaluations: Evaluations) -> str:
     return f"{request.problem} {request.model} w{request.world} {request.device}"
 
 
-class CappedModel:
-    """A model whose calls wait for one of the server's model-call slots (shared by every job),
-    so many runs queue for a provider instead of flooding it; a cancelled job stops waiting."""
+class ModelCallGate:
+    """The gate a job's model calls pass: one of the server's model-call slots (shared by every
+    job), so many runs queue for a provider instead of flooding it, after ``first`` (a batch's
+    per-provider cap) where given. A cancelled job stops waiting, and stops after the call.
+    Reentrant across threads: it keeps no state of its own between enter and exit."""
 
-    def __init__(self, model, slots: threading.BoundedSemaphore, control: JobControl):
-        self.model, self.slots, self.control = model, slots, control
+    def __init__(self, slots: threading.BoundedSemaphore, control: JobControl, first: AbstractContextManager | None = None):
+        self.slots, self.control, self.first = slots, control, first
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.model, name)
-
-    def complete(self, messages, *args, **kwargs):
-        while not self.slots.acquire(timeout=0.5):
-            self.control.check()
+    def __enter__(self) -> None:
+        if self.first is not None:
+            self.first.__enter__()
+        try:
+            while not self.slots.acquire(timeout=0.5):
+                self.control.check()
+        except BaseException:
+            self._leave_first()
+            raise
         try:
             self.control.check()
-            response = self.model.complete(messages, *args, **kwargs)
-        finally:
-            self.slots.release()
-        self.control.check()
-        return response
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, error_type, *_: Any) -> None:
+        self.slots.release()
+        self._leave_first()
+        if error_type is None:
+            self.control.check()
+
+    def _leave_first(self) -> None:
+        if self.first is not None:
+            self.first.__exit__(None, None, None)
 
 
 def run_eval(job: Job, control: JobControl, evaluations: Evaluations) -> dict[str, Any]:
@@ -111,19 +125,20 @@ def run_eval(job: Job, control: JobControl, evaluations: Evaluations) -> dict[st
     return json.loads(report.model_dump_json())
 
 
-def run_agent(job: Job, control: JobControl, evaluations: Evaluations, model_slots: threading.BoundedSemaphore, folder: Path,
-              request: RunRequest | None = None) -> dict[str, Any]:
+def run_agent(job: Job, control: JobControl, evaluations: Evaluations, model_slots: threading.BoundedSemaphore,
+              folder: Path) -> dict[str, Any]:
     """One agent run in ``folder`` through the loop's public entry point (``agent.episode``: the run
     folder's trajectory, steps/, best/, summary.json); each step's record goes out as a ``step``
     event. Cancelled: the episode records the interruption in its trajectory and JobCancelled goes on up."""
+    from agent.batch.episode import GatedModel
     from agent.budget import Budget
     from agent.episode import Episode
     from agent.run_config import RunConfig
 
-    request = request or RunRequest.model_validate(job.request)
+    request = RunRequest.model_validate(job.request)
     problem = load_problem(request.problem)
     harness = eval_harness(request, problem)
-    llm = CappedModel(build_model(request.model, request.options), model_slots, control)
+    llm = GatedModel(build_model(request.model, request.options), ModelCallGate(model_slots, control))
     config = RunConfig(problem=request.problem, model=request.model, model_options=request.options, mode=request.mode,
                        target_speedup=request.target_speedup, budget=Budget(steps=request.steps, **request.budgets.model_dump()),
                        harness=harness, out=folder.parent, examples=request.examples, cheat_sheet=request.cheat_sheet)
@@ -154,37 +169,4 @@ def run_result(folder: Path) -> dict[str, Any] | None:
             "model_stats": info.get("model_stats")}
 
 
-def check_batch(request: BatchRequest, evaluations: Evaluations) -> str:
-    from service.batches import BatchConfig, BatchConfigError, check_config
-
-    try:
-        config = check_config(request.config)
-    except BatchConfigError as error:
-        raise RequestRejected(str(error)) from None
-    checked = set()
-    for episode in BatchConfig.episodes(config):
-        if (episode.model, episode.problem) not in checked:
-            checked.add((episode.model, episode.problem))
-            check_run(episode.request, evaluations)
-    return f"batch: {len(config.models)} model(s) x {len(checked) // len(config.models)} problem(s) x {config.samples}"
-
-
-def run_batch(job: Job, control: JobControl, evaluations: Evaluations, model_slots: threading.BoundedSemaphore,
-              folder: Path) -> dict[str, Any]:
-    from service.batches import check_config, run_batch as run_episodes
-
-    config = check_config(BatchRequest.model_validate(job.request).config)
-
-    def episode(item, episode_folder: Path) -> dict[str, Any] | None:
-        try:
-            return run_agent(job, control, evaluations, model_slots, episode_folder, request=item.request)
-        except JobCancelled:
-            raise
-        except RequestRejected as error:
-            return {"exit_status": "Rejected", "error": str(error)}
-
-    return run_episodes(config, folder, episode, control)
-
-
-__all__ = ["CappedModel", "JobCancelled", "RequestRejected", "check_batch", "check_eval", "check_run", "run_agent", "run_batch",
-           "run_eval", "run_result"]
+__all__ = ["ModelCallGate", "RequestRejected", "check_eval", "check_run", "run_agent", "run_eval", "run_result"]

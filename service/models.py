@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
+from agent.providers.scripted import SCRIPT_NAME
 from sandbox.harness.config import DeviceMode
 
 # Provider options a client may set. Anything that could send the server's key elsewhere
@@ -16,7 +17,7 @@ ALLOWED_MODEL_OPTIONS = frozenset({
     "thinking", "cache_prompt", "cache_conversation", "deadline_s", "attempt_timeout_s", "max_attempts",
 })
 MODEL_SPEC = re.compile(r"^[a-z]+:[A-Za-z0-9_.:/@+-]{1,200}$")
-NOT_OVER_API = ("replay",)  # replay:<path> reads a file of the server's
+NOT_OVER_API = ("replay",)  # replay:<path> reads a file of the server's (as scripted:<path> would: only its bare names pass)
 ServiceRunMode = Literal["loop", "single"]  # bash mode (a shell in the sandbox) is not offered by the service yet
 
 
@@ -72,26 +73,40 @@ class RunRequest(Strict):
     @field_validator("model")
     @classmethod
     def _model_spec(cls, value: str) -> str:
-        if not MODEL_SPEC.match(value):
-            raise ValueError("must be provider:model, e.g. openai:gpt-5 or scripted:demo")
-        if value.split(":", 1)[0] in NOT_OVER_API:
-            raise ValueError(f"{value.split(':', 1)[0]}: models are not offered over the API")
-        return value
+        return check_model_spec(value)
 
     @field_validator("options")
     @classmethod
     def _options(cls, value: dict[str, Any]) -> dict[str, Any]:
-        refused = sorted(set(value) - ALLOWED_MODEL_OPTIONS)
-        if refused:
-            raise ValueError(f"options {', '.join(refused)} are not accepted over the API (keys, endpoints and clients are the "
-                             f"server's); allowed: {', '.join(sorted(ALLOWED_MODEL_OPTIONS))}")
-        return value
+        return check_model_options(value)
+
+
+def check_model_spec(value: str) -> str:
+    """A model a client may ask for (a run's, a batch's): ValueError with the reason when not."""
+    if not MODEL_SPEC.match(value):
+        raise ValueError("must be provider:model, e.g. openai:gpt-5 or scripted:demo")
+    provider, _, name = value.partition(":")
+    if provider in NOT_OVER_API:
+        raise ValueError(f"{provider}: models are not offered over the API")
+    if provider == "scripted" and (not SCRIPT_NAME.match(name) or name.endswith((".yaml", ".yml"))):
+        raise ValueError("scripted: models over the API are the scripts the server ships, by name (scripted:demo), never a path")
+    return value
+
+
+def check_model_options(value: dict[str, Any]) -> dict[str, Any]:
+    """Provider options a client may set: ValueError naming the others."""
+    refused = sorted(set(value) - ALLOWED_MODEL_OPTIONS)
+    if refused:
+        raise ValueError(f"options {', '.join(refused)} are not accepted over the API (keys, endpoints and clients are the "
+                         f"server's); allowed: {', '.join(sorted(ALLOWED_MODEL_OPTIONS))}")
+    return value
 
 
 class BatchRequest(Strict):
     """A batch: models x problems x samples (the config `kloop batch` reads, as JSON)."""
 
-    config: dict[str, Any] = Field(description="models, problems, samples, steps, mode, world, device, allow_nccl, budgets, ...")
+    config: dict[str, Any] = Field(description="the YAML config of `kloop batch` as JSON: models, problems, samples, steps, mode, "
+                                               "world, device, allow_nccl, budget, ... (sandbox, gpus, ray and pkb_root are the server's)")
 
 
 class Accepted(BaseModel):
@@ -111,7 +126,8 @@ class JobView(BaseModel):
     finished_at: float | None = None
     attempts: int = 0
     error: str | None = Field(None, description="why a failed job failed")
-    result: Any = Field(None, description="eval: the EvalReport; run: the run's summary; batch: its summary (partial while it runs)")
+    result: Any = Field(None, description="eval: the EvalReport; run: the run's summary; batch: its summary.json (as `kloop batch` "
+                                          "writes it; partial while it runs) with `progress`")
     request: dict[str, Any] | None = None
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from service import jobs
+from service import batches, jobs
 from service.auth import Limits
 from service.evaluations import Evaluations, default_cpu_slots
 from service.keys import redactor
@@ -65,7 +65,7 @@ class Service:
         self.scheduler = Scheduler(self.store, {
             "eval": lambda job, control: jobs.run_eval(job, control, self.evaluations),
             "run": lambda job, control: jobs.run_agent(job, control, self.evaluations, self.model_slots, self.folder(job)),
-            "batch": lambda job, control: jobs.run_batch(job, control, self.evaluations, self.model_slots, self.folder(job)),
+            "batch": lambda job, control: batches.run_batch_job(job, control, self.evaluations, self.model_slots, self.folder(job)),
         }, {("eval",): eval_workers, ("run", "batch"): settings.run_workers}, partial=self.partial)
 
     def folder(self, job: Job) -> Path:
@@ -77,7 +77,7 @@ class Service:
             return jobs.run_result(self.folder(job))
         if job.kind == "batch":
             current = self.store.get(job.id)
-            return current.result if current else None
+            return batches.partial_result(self.folder(job), current.result if current else None)
         return None
 
     def start(self) -> dict[str, list[str]]:
@@ -105,7 +105,7 @@ class Service:
             return jobs.check_eval(request, self.evaluations)
         if kind == "run":
             return jobs.check_run(request, self.evaluations)
-        return jobs.check_batch(request, self.evaluations)
+        return batches.check_batch(request.config, self.evaluations).title
 
     def submit(self, kind: str, owner: str, request: EvalRequest | RunRequest | BatchRequest, max_queued: int,
                idempotency_key: str | None = None) -> tuple[Job, bool]:

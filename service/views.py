@@ -2,7 +2,7 @@
 
 A run view's steps come from its run folder (``steps/NNN/{response.md,solution.py,report.json}``
 and the feedback messages of the trajectory); a batch view's from its ``results.jsonl`` and
-summary. Text from models and candidates is shown escaped (the templates autoescape).
+summary (agent/batch's). Text from models and candidates is shown escaped (the templates autoescape).
 """
 
 from __future__ import annotations
@@ -33,14 +33,6 @@ class StepView:
     @property
     def speedup(self) -> float | None:
         return (self.report or {}).get("speedup")
-
-    @property
-    def breakdown(self) -> list[tuple[str, float]]:
-        """Where the candidate's time went, ms per category (from the profile's analysis)."""
-        analysis = (self.report or {}).get("analysis") or {}
-        parts = [("communication", "communication_ms"), ("compute", "compute_ms"), ("own kernels", "custom_ms"), ("copies", "copy_ms"),
-                 ("other", "other_ms"), ("idle", "idle_ms")]
-        return [(label, analysis[key]) for label, key in parts if analysis.get(key) is not None]
 
 
 def _read(path: Path) -> str:
@@ -106,10 +98,29 @@ def run_config(folder: Path) -> dict[str, Any]:
         return {}
 
 
-def batch_episodes(folder: Path) -> list[dict[str, Any]]:
-    from service.batches import finished_episodes
+def batch_view(result: Any, folder: Path) -> dict[str, Any]:
+    """A batch's leaderboard and plots from its summary (agent/batch's summary.json, with the job's
+    ``progress``): ``board`` rows are the summary's leaderboard order, each with the model's metrics."""
+    summary = result if isinstance(result, dict) else {}
+    models = summary.get("models") or {}
+    board = [{**row, "m": models[row["model"]]} for row in summary.get("leaderboard") or [] if row.get("model") in models]
+    values = summary.get("fast_p_values") or []
+    return {"summary": summary, "progress": summary.get("progress") or {}, "board": board,
+            "fast_p_chart": line_chart({r["model"]: [(float(p), r["m"]["fast_p"][p]["value"]) for p in values if p in r["m"]["fast_p"]]
+                                        for r in board}, "p (speedup over the reference)", "fast_p"),
+            "pass_chart": bar_chart({r["model"]: (r["m"]["pass_at_k"].get("1") or {}).get("value") for r in board}, "pass@1")}
 
-    return sorted(finished_episodes(folder / "results.jsonl").values(), key=lambda r: (r["model"], r["problem"], r["sample"]))
+
+def batch_episodes(folder: Path) -> list[Any]:
+    """The batch's finished episodes (agent/batch's EpisodeResult), by model, problem and sample."""
+    from agent.batch.store import load_results
+    from agent.errors import UserError
+
+    try:
+        results = load_results(folder)
+    except (UserError, OSError, ValueError):
+        return []  # nothing finished yet
+    return sorted(results, key=lambda r: (r.model, r.problem, r.sample))
 
 
 def ago(timestamp: float | None) -> str:

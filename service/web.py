@@ -2,7 +2,7 @@
 (service/static/app.js) that refreshes the parts that change. ``/`` lists the jobs with live
 status; ``/jobs/{id}`` shows an evaluation's report, a run's steps (the answer, the diff from the
 previous step, the verdict, speedup, roofline, where the time went, the feedback that went back)
-or a batch's leaderboard and plots. The token is kept in an HttpOnly, SameSite=Strict cookie.
+or a batch's leaderboard (agent/batch's summary), plots and its report.html. The token is kept in an HttpOnly, SameSite=Strict cookie.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from service import auth, views
-from service.batches import FAST_P, leaderboard
 from service.server import Service
 
 HERE = Path(__file__).parent
@@ -44,7 +43,8 @@ def add_web(app: FastAPI, service: Service) -> None:
         return auth.lookup(service.store, request.cookies.get(auth.COOKIE))
 
     def page(request: Request, name: str, status_code: int = 200, **context) -> HTMLResponse:
-        return templates.TemplateResponse(request, name, {"viewer": viewer(request), **context}, status_code=status_code)
+        html = templates.get_template(name).render({"request": request, "viewer": viewer(request), **context})
+        return HTMLResponse(service.store.redact(html), status_code=status_code)  # run folders are shown: never a server key
 
     def login_first(request: Request) -> RedirectResponse:
         return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
@@ -93,25 +93,23 @@ def add_web(app: FastAPI, service: Service) -> None:
             folder = service.folder(job)
             context.update(steps=views.run_steps(folder), config=views.run_config(folder))
         elif job.kind == "batch":
-            summary = job.result or {}
-            board = leaderboard(summary)
-            context.update(board=board, episodes=views.batch_episodes(service.folder(job)),
-                           fast_p_chart=views.line_chart({r["model"]: [(p, r["fast_p"].get(str(p))) for p in FAST_P] for r in board},
-                                                         "p (speedup over the reference)", "fast_p"),
-                           pass_chart=views.bar_chart({r["model"]: r["pass_at_k"].get("1") for r in board}, "pass@1"),
-                           report_html=(service.folder(job) / "report.html").exists())
+            folder = service.folder(job)
+            context.update(views.batch_view(job.result, folder), episodes=views.batch_episodes(folder),
+                           report_html=(folder / "report.html").exists())
         return page(request, f"{job.kind}.html", **context)
 
-    @app.get("/jobs/{job_id}/episodes/{name}", response_class=HTMLResponse, include_in_schema=False)
-    def episode_page(request: Request, job_id: str, name: str) -> Response:
+    @app.get("/jobs/{job_id}/runs/{episode}/{attempt}", response_class=HTMLResponse, include_in_schema=False)
+    def episode_page(request: Request, job_id: str, episode: str, attempt: str) -> Response:
+        """A batch episode's try, as a run view (``runs/<episode id>/try<N>`` of the batch folder)."""
         if viewer(request) is None:
             return login_first(request)
         job = service.store.get(job_id)
-        folder = service.folder(job) / "episodes" / name if job is not None and job.kind == "batch" else None
-        if folder is None or "/" in name or name.startswith(".") or not folder.is_dir():
-            return page(request, "missing.html", status_code=404, what=f"episode {name}")
-        return page(request, "run.html", job=job, episode=name, steps=views.run_steps(folder), config=views.run_config(folder),
-                    partial=False)
+        safe = all(name and not name.startswith(".") and "/" not in name and "\\" not in name for name in (episode, attempt))
+        folder = service.folder(job) / "runs" / episode / attempt if job is not None and job.kind == "batch" and safe else None
+        if folder is None or not folder.is_dir():
+            return page(request, "missing.html", status_code=404, what=f"episode {episode} {attempt}")
+        return page(request, "run.html", job=job, episode=f"{episode} ({attempt})", steps=views.run_steps(folder),
+                    config=views.run_config(folder), partial=False)
 
     @app.get("/jobs/{job_id}/report.html", include_in_schema=False)
     def batch_report(request: Request, job_id: str) -> Response:
@@ -119,4 +117,4 @@ def add_web(app: FastAPI, service: Service) -> None:
         path = service.folder(job) / "report.html" if job is not None and job.kind == "batch" else None
         if viewer(request) is None or path is None or not path.exists():
             return Response(status_code=404)
-        return HTMLResponse(path.read_text(), headers={"Content-Security-Policy": "sandbox allow-scripts"})
+        return HTMLResponse(service.store.redact(path.read_text()), headers={"Content-Security-Policy": "sandbox allow-scripts"})

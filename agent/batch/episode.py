@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,9 @@ class EpisodeContext:
     gpus: tuple[str, ...] = ()
     gate: AbstractContextManager | None = None
     infra_attempts: int = 0
+    evaluate: Callable[[str, Any], Any] | None = None  # (source, HarnessConfig) -> EvalReport: the executor judges (e.g. the
+    # service's evaluation capacity) instead of a sandbox session of the episode's own
+    on_step: Callable[[dict[str, Any]], None] | None = None  # each step's record as it is made (the service's events)
 
     @property
     def run_dir(self) -> Path:
@@ -104,7 +107,7 @@ class _Judged:
 
 def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
     """``loop`` and ``single``: one episode through the loop's public entry (``agent.episode.Episode``),
-    judged in one sandbox for the whole episode."""
+    judged in one sandbox for the whole episode (or by ``ctx.evaluate`` where the executor judges)."""
     from agent.budget import Budget
     from agent.episode import Episode
     from agent.providers import make_model
@@ -128,12 +131,18 @@ def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
                            cheat_sheet=config.cheat_sheet, pkb_root=config.pkb_root)
     judged = _Judged()
     records: list[dict[str, Any]] = []
-    run = Episode(run_config, model=model, folder=ctx.run_dir, info={"batch_episode": episode.id}, on_step=records.append)
+
+    def on_step(record: dict[str, Any]) -> None:
+        records.append(record)
+        if ctx.on_step is not None:
+            ctx.on_step(record)
+
+    run = Episode(run_config, model=model, folder=ctx.run_dir, info={"batch_episode": episode.id}, on_step=on_step)
     try:
-        session = EvaluationSession(harness, sandbox)
-        with session:
+        session = EvaluationSession(harness, sandbox) if ctx.evaluate is None else None
+        with session or nullcontext():
             def evaluate(source: str, step: int):
-                report = session.evaluate(source, step)
+                report = session.evaluate(source, step) if session is not None else ctx.evaluate(source, harness)
                 judged.reports[step] = report
                 if is_harness_failure(report):
                     judged.harness_failures.append(f"step {step}: {report.message}")

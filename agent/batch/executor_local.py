@@ -45,9 +45,11 @@ class LocalExecutor:
 
     caps_in_flight_per_provider = False  # calls are gated one by one here
 
-    def __init__(self, config: BatchConfig, workers: int | None = None):
+    def __init__(self, config: BatchConfig, workers: int | None = None, gpus: tuple[str, ...] | None = None):
+        """``gpus``: the GPUs episodes lease (default: the config's, else every visible one); () where
+        something else leases them per evaluation (the service)."""
         self.config = config
-        self.gpus = batch_gpus(config)
+        self.gpus = batch_gpus(config) if gpus is None else gpus
         self.capacity = workers or config.workers or default_workers(config, self.gpus)
         self.gpu_pool = GpuPool(self.gpus) if self.gpus else None
         self.gates = ProviderGates(config)
@@ -59,8 +61,12 @@ class LocalExecutor:
         return f"local executor, {self.capacity} workers{gpus}"
 
     def submit(self, ctx: EpisodeContext) -> None:
-        ctx.gate = self.gates.gate(ctx.entry.provider)
+        self.prepare(ctx)
         self._futures[self._threads.submit(self._run, ctx)] = ctx
+
+    def prepare(self, ctx: EpisodeContext) -> None:
+        """What an episode is given before it starts: the gate its model calls pass."""
+        ctx.gate = self.gates.gate(ctx.entry.provider)
 
     def _run(self, ctx: EpisodeContext) -> EpisodeResult:
         needed = gpus_needed(self.config.device, self.config.world)

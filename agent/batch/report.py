@@ -56,3 +56,11 @@ def write_html(folders: list[Path], html_path: Path, resamples: int = BOOTSTRAP)
     summary, results = summary_of(folders, resamples)
     atomic_write(Path(html_path), render_report(summary, results, Path(html_path), [Path(f) for f in folders]))
     return summary
+
+
+def write_reports(folder: Path) -> dict[str, Any]:
+    """What a run of a batch leaves at its end (``kloop batch``, the service's batch jobs):
+    ``DIR/summary.json`` and ``DIR/report.html``; returns the summary."""
+    summary = write_summary(folder)
+    write_html([folder], Path(folder) / "report.html")
+    return summary

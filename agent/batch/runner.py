@@ -8,6 +8,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
@@ -21,6 +22,22 @@ from agent.errors import UserError
 log = structlog.get_logger(__name__)
 
 EXECUTORS = ("local", "ray")
+
+
+class Executor(Protocol):
+    """Where episodes run: ``submit(ctx)`` starts one, ``wait(timeout_s)`` returns those that ended
+    (and may raise to stop the batch), ``close()`` gives everything back."""
+
+    capacity: int
+    caps_in_flight_per_provider: bool
+
+    def describe(self) -> str: ...
+
+    def submit(self, ctx: EpisodeContext) -> None: ...
+
+    def wait(self, timeout_s: float) -> list[tuple[EpisodeContext, EpisodeResult]]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -60,7 +77,9 @@ def check_problems(config: BatchConfig, episodes: list[Episode]) -> None:
         check_world_size(find_problem(selector, config.pkb_root), config.world)
 
 
-def make_executor(name: str, config: BatchConfig, workers: int | None):
+def make_executor(name: str | Executor, config: BatchConfig, workers: int | None) -> Executor:
+    if not isinstance(name, str):
+        return name  # made by the caller (the service's, which judges through the server's capacity)
     if name == "local":
         from agent.batch.executor_local import LocalExecutor
 
@@ -72,7 +91,7 @@ def make_executor(name: str, config: BatchConfig, workers: int | None):
     raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
 
 
-def run_batch(config: BatchConfig, config_text: str, folder: Path, *, workers: int | None = None, executor: str = "local",
+def run_batch(config: BatchConfig, config_text: str, folder: Path, *, workers: int | None = None, executor: str | Executor = "local",
               pattern: str | None = None, redo_failed: bool = False, progress: BatchProgress | None = None) -> BatchOutcome:
     episodes = enumerate_episodes(config)
     check_problems(config, episodes)

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from agent.cli.common import console, errors
+from agent.cli.common import Server, console, errors
+from agent.errors import UserError
 
 
 class Executor(str, enum.Enum):
@@ -24,26 +25,38 @@ def command(
     executor: Annotated[Executor, typer.Option(help="local (threads on this machine) or ray (tasks on a Ray cluster)")] = Executor.local,
     filter_: Annotated[str | None, typer.Option("--filter", help="run only episodes whose id (model__problem__sN) matches this regex")] = None,
     redo_failed: Annotated[bool, typer.Option(help="run again the episodes recorded as infrastructure failures")] = False,
+    server: Server = None,
 ) -> None:
     """Run a batch comparison: every model on every problem, SAMPLES times; results in OUT/results.jsonl,
-    metrics in OUT/summary.json, plots in OUT/report.html. Running it again resumes; kill -9 is safe."""
+    metrics in OUT/summary.json, plots in OUT/report.html. Running it again resumes; kill -9 is safe.
+    With --server the batch runs on that server (Ctrl-C cancels it there) and OUT gets its results, summary and report."""
     from agent.batch.config import load_config
     from agent.batch.leaderboard import print_summary
     from agent.batch.progress import BatchProgress
-    from agent.batch.report import write_html, write_summary
+    from agent.batch.report import write_reports
     from agent.batch.runner import run_batch
+    import yaml
+
     from agent.cli.common import read_text
 
     config = load_config(config_path)
     text = read_text(config_path)
+    if server:
+        from agent.cli.remote import remote_batch
+
+        local_only = [name for name, given in (("--executor", executor is not Executor.local), ("--filter", filter_),
+                                               ("--redo-failed", redo_failed)) if given]
+        if local_only:
+            raise UserError(f"{', '.join(local_only)}: not offered with --server (the server runs the whole batch)")
+        data = yaml.safe_load(text)
+        remote_batch(server, {**data, "workers": workers} if workers else data, text, out)
     try:
         outcome = run_batch(config, text, out, workers=workers, executor=executor.value, pattern=filter_, redo_failed=redo_failed,
                             progress=BatchProgress(console))
     except KeyboardInterrupt:
         errors.print(f"interrupted: finished episodes are saved in {out}; run the same command again to resume")
         os._exit(130)  # running episodes' threads are not waited for
-    summary = write_summary(out)
-    write_html([out], out / "report.html")
+    summary = write_reports(out)
     console.print()
     print_summary(summary, console)
     if outcome.stopped_by_cost:

@@ -1,4 +1,4 @@
-"""``kloop eval|run ... --server URL``: the same command, judged by a ``kloop serve`` elsewhere.
+"""``kloop eval|run|batch ... --server URL``: the same command, judged by a ``kloop serve`` elsewhere.
 
 The job is submitted, followed through its server-sent events, and printed as the local command
 prints it (the report; each step's line and the run's summary); the exit code is the local one.
@@ -7,6 +7,7 @@ Ctrl-C cancels the job on the server.
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from typing import Any
 
@@ -105,3 +106,71 @@ def remote_run(server: str, body: dict[str, Any]) -> None:
         console.print(f"job {job_id} {job['status']}: {job.get('error') or ''}", highlight=False)
     console.print(f"trajectory: {server.rstrip('/')}/v1/runs/{job_id}/trajectory")
     raise typer.Exit(0 if summary.get("best") else 1)
+
+
+def remote_batch(server: str, config: dict[str, Any], config_text: str, out) -> None:
+    """``kloop batch CONFIG --out DIR --server URL``: the batch runs on the server; its progress is
+    printed as the local command prints it; at the end DIR holds its config.yaml, summary.json,
+    results.jsonl and report.html (the server's; ``kloop report DIR`` reads them), and the
+    leaderboard is printed."""
+    from pathlib import Path
+
+    from agent.batch.episodes import Episode, EpisodeResult
+    from agent.batch.leaderboard import print_summary
+    from agent.batch.progress import BatchProgress
+    from service.client import ServiceClient
+
+    shown: list[BatchProgress] = []  # the bar of the batch's current start (a restarted server starts it again)
+    with ServiceClient(server) as client:
+        job_id = client.submit("batches", {"config": config})
+        console.print(f"batch job {job_id} on {server} ({server.rstrip('/')}/jobs/{job_id})", highlight=False)
+
+        def show(type_: str, data: dict[str, Any]) -> None:
+            if type_ == "batch_started":
+                for old in shown:
+                    old.stop()
+                shown[:] = [BatchProgress(console)]
+                shown[0].start(total=data["episodes"], done=[EpisodeResult.model_validate(r) for r in data.get("done", [])],
+                               executor=f"on the server: {data.get('executor', '')}")
+            elif type_ == "status" and data.get("status") == "queued" and data.get("recovered"):
+                console.print(f"the server restarted; job {job_id} is queued again (finished episodes are kept)", highlight=False)
+            elif shown and type_ == "episode_started":
+                shown[0].started(Episode.model_construct(**data))
+            elif shown and type_ == "episode_retried":
+                shown[0].retried(EpisodeResult.model_validate(data))
+            elif shown and type_ == "episode":
+                shown[0].finished(EpisodeResult.model_validate(data))
+
+        try:
+            with following(client, job_id):
+                job = client.follow(job_id, show)
+        finally:
+            for bar in shown:
+                bar.stop()
+        _ended_badly(job)
+        result = dict(job.get("result") or {})
+        stats = result.pop("progress", None) or {}
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        results = client.batch_results(job_id)
+        report = client.batch_report(job_id)
+    from agent.trajectory import atomic_write
+
+    atomic_write(folder / "config.yaml", config_text)
+    atomic_write(folder / "summary.json", json.dumps(result, indent=2))
+    atomic_write(folder / "results.jsonl", "".join(json.dumps(r) + "\n" for r in results))
+    if report is not None:
+        atomic_write(folder / "report.html", report)
+    console.print()
+    print_summary(result, console)
+    if stats.get("stopped_by_cost"):
+        console.print(f"[yellow]stopped at the spend cap: {stats['stopped_by_cost']} episodes not run[/]")
+    if job["status"] != "done":
+        console.print(f"job {job_id} {job['status']}: {job.get('error') or ''}", highlight=False)
+    console.print(f"results: {folder / 'results.jsonl'}  summary: {folder / 'summary.json'}"
+                  + (f"  report: {folder / 'report.html'}" if report is not None else "")
+                  + f"  (episodes' runs stay on the server: {server.rstrip('/')}/jobs/{job_id})", highlight=False)
+    infra = sum(1 for r in results if r.get("outcome") == "infra")
+    if infra:
+        console.print(f"[magenta]{infra} episodes ended as infrastructure failures[/] (kept out of the scores)")
+    raise typer.Exit(3 if infra or job["status"] != "done" else 0)

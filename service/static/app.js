@@ -44,7 +44,7 @@ function followJob(main) {
     }, 300);
   };
   const source = new EventSource(`/v1/jobs/${encodeURIComponent(id)}/events`);
-  for (const type of ["status", "step", "verdict", "episode", "run_started", "batch_started"]) {
+  for (const type of ["status", "step", "verdict", "episode", "episode_started", "episode_retried", "run_started", "batch_started"]) {
     source.addEventListener(type, redraw);
   }
   source.addEventListener("end", () => { source.close(); redraw(); });

@@ -40,7 +40,8 @@ def test_every_call_needs_a_valid_token(server, api):
     for headers in ({}, {"Authorization": "Bearer kl_not-a-token"}, {"Authorization": "Basic abc"}):
         with server.client(None) as anonymous:
             for method, path, body in (("GET", "/v1/jobs", None), ("GET", "/v1/problems", None), ("POST", "/v1/evals", QUICK_EVAL),
-                                       ("DELETE", "/v1/jobs/eval-x", None), ("GET", "/v1/jobs/eval-x/events", None)):
+                                       ("DELETE", "/v1/jobs/eval-x", None), ("GET", "/v1/jobs/eval-x/events", None),
+                                       ("GET", "/v1/batches/batch-x/results", None), ("GET", "/v1/batches/batch-x/report", None)):
                 response = anonymous.request(method, path, json=body, headers=headers)
                 assert response.status_code == 401, (method, path, response.text)
                 assert "kloop serve token create" in response.json()["detail"]
@@ -56,7 +57,7 @@ def test_every_call_needs_a_valid_token(server, api):
     assert {"all_reduce", "broadcast"} <= {p["name"] for p in api.get("/v1/problems").json()}
     schema = api.get("/v1/openapi.json").json()
     assert {"/v1/evals", "/v1/runs", "/v1/batches", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/events", "/v1/problems",
-            "/v1/runs/{job_id}/trajectory"} <= set(schema["paths"])
+            "/v1/runs/{job_id}/trajectory", "/v1/batches/{job_id}/results", "/v1/batches/{job_id}/report"} <= set(schema["paths"])
     assert "delete" in schema["paths"]["/v1/jobs/{job_id}"]
 
 
@@ -129,7 +130,7 @@ def test_a_malformed_batch_gets_422(api):
     response = api.post("/v1/batches", json={"config": {"models": ["scripted:demo"], "problems": ["nope"]}})
     assert response.status_code == 422 and "no problem named 'nope'" in response.json()["detail"]
     response = api.post("/v1/batches", json={"config": {"models": [], "problems": ["all_reduce"]}})
-    assert response.status_code == 422 and "config.models" in response.json()["detail"]
+    assert response.status_code == 422 and "config: models: List should have at least 1 item" in response.json()["detail"]
     assert api.post("/v1/evals", content=b"{not json", headers={"Content-Type": "application/json"}).status_code == 422
 
 

@@ -105,5 +105,29 @@ def test_provider_keys_stay_with_the_server(tmp_path):
         for path in tmp_path.rglob("*"):
             if path.is_file() and path != keys:
                 assert SECRET.encode() not in path.read_bytes(), path
+        # a key that got into a run or batch folder anyway (a provider's error message quoting it, say)
+        # is answered as records are: redacted, by the API and the web page alike
+        with server.client(token) as api:
+            batch = api.post("/v1/batches", json={"config": {"models": ["scripted:demo"], "problems": ["all_reduce"], "steps": 1,
+                                                            "allow_nccl": True, "trials": 1, "timed": False}}).json()["id"]
+            assert wait_for(api, batch, timeout_s=300)["status"] == "done"
+            run_id = run.json()["id"]
+            run_folder, batch_folder = tmp_path / "data" / "jobs" / run_id, tmp_path / "data" / "jobs" / batch
+            trajectory = next(run_folder.glob("*.traj.json"))
+            planted = json.loads(trajectory.read_text())
+            planted["info"]["leak"] = f"provider said: bad key {SECRET}"
+            planted["messages"][0]["content"] += f" {SECRET}"
+            trajectory.write_text(json.dumps(planted))
+            (batch_folder / "report.html").write_text(f"<p>{SECRET}</p>")
+            episode = next((batch_folder / "episodes").glob("*.json"))
+            episode.write_text(episode.read_text().replace('"message": "', f'"message": "{SECRET} '))
+            answers = [api.get(f"/v1/runs/{run_id}/trajectory").text, api.get(f"/v1/batches/{batch}/report").text,
+                       api.get(f"/v1/batches/{batch}/results").text]
+            web = server.client(None)
+            web.cookies.set("kloop_token", token)
+            answers += [web.get(f"/jobs/{run_id}").text, web.get(f"/jobs/{batch}").text, web.get(f"/jobs/{batch}/report.html").text]
+            web.close()
+        assert all(answer and SECRET not in answer for answer in answers), [a[:200] for a in answers if SECRET in a]
+        assert "[redacted]" in answers[0] and "[redacted]" in answers[1] and "[redacted]" in answers[2]
     finally:
         server.stop()

@@ -1,7 +1,5 @@
-"""The job store, tokens, keys and batch metrics of the service, in process (no server)."""
+"""The job store, tokens and keys of the service, in process (no server)."""
 
-import json
-import math
 import os
 import sqlite3
 import threading
@@ -9,7 +7,6 @@ import threading
 import pytest
 
 from service.auth import Limits, TokenError, bearer, create_token, digest, lookup
-from service.batches import BatchConfig, BatchConfigError, check_config, pass_at_k, summarize  # pass_at_k: agent.batch's
 from service.keys import KeysFileError, load_keys_file, redactor
 from service.store import QueueFull, Store
 
@@ -124,26 +121,3 @@ def test_keys_file(tmp_path, monkeypatch):
     path.write_text("not a line\n")
     with pytest.raises(KeysFileError, match=":1: expected NAME=value"):
         load_keys_file(path)
-
-
-def test_batch_config_and_metrics():
-    with pytest.raises(BatchConfigError, match="config.models"):
-        check_config({"problems": ["all_reduce"]})
-    with pytest.raises(BatchConfigError, match="named twice"):
-        check_config({"models": ["scripted:demo", "scripted:demo"], "problems": ["all_reduce"]})
-    with pytest.raises(BatchConfigError, match="category"):
-        check_config({"models": ["scripted:demo"], "problems": ["category:nothing"]})
-    config = check_config({"models": ["scripted:a", {"model": "scripted:b"}], "problems": ["all_reduce", "broadcast"], "samples": 3})
-    episodes = list(BatchConfig.episodes(config))
-    assert len(episodes) == 12 and len({e.key for e in episodes}) == 12 and len({e.folder_name for e in episodes}) == 12
-    assert pass_at_k(3, 1, 1) == pytest.approx(1 / 3) and pass_at_k(3, 1, 2) == pytest.approx(2 / 3) and pass_at_k(3, 0, 2) == 0.0
-    records = [{"model": "scripted:a", "problem": p, "sample": s, "correct": ok, "speedup": sp, "cost_usd": None, "tokens": 10}
-               for p, s, ok, sp in [("all_reduce", 0, True, 2.0), ("all_reduce", 1, False, None), ("all_reduce", 2, True, 0.5),
-                                    ("broadcast", 0, False, None), ("broadcast", 1, False, None), ("broadcast", 2, True, 1.2)]]
-    stats = summarize(config, records, 12)["models"]["scripted:a"]
-    assert stats["correct"] == 3 and stats["episodes"] == 6
-    assert stats["pass_at_k"]["1"] == pytest.approx((2 / 3 + 1 / 3) / 2)
-    assert stats["fast_p"]["1.0"] == pytest.approx(2 / 6) and stats["fast_p"]["0.0"] == pytest.approx(3 / 6)
-    assert stats["geomean_speedup"] == pytest.approx(math.exp((math.log(2.0) + math.log(0.5) + math.log(1.2)) / 3))
-    assert summarize(config, records, 12)["models"]["scripted:b"]["episodes"] == 0
-    json.dumps(summarize(config, records, 12))
