@@ -1,4 +1,4 @@
-"""The service on a GPU (`pytest -m gpu tests/test_service_gpu.py` on the H200): a batch submitted by
+"""The service on a GPU (`pytest -m gpu tests/service/test_service_gpu.py` on the H200): a batch submitted by
 `kloop batch --server` runs on the server's GPU pool, `scripted:demo-cuda` (its first answer does not
 compile, its second passes) judged in emulate (2 ranks on one GPU, never timed) and in cuda (timed:
 the episode carries a speedup and the summary a geometric mean)."""
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from service.client import parse_sse
-from tests.service_support import ROOT, ServerProcess
+from tests.support.service import ROOT, ServerProcess
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

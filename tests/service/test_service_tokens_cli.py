@@ -6,7 +6,7 @@ import sqlite3
 import subprocess
 import sys
 
-from tests.service_support import ROOT
+from tests.support.service import ROOT
 
 
 def kloop(*args: str) -> subprocess.CompletedProcess:

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from service.client import parse_sse
-from tests.batch_support import naive_scores, read_records
-from tests.service_support import ROOT, ServerProcess, wait_for
+from tests.support.batch import naive_scores, read_records
+from tests.support.service import ROOT, ServerProcess, wait_for
 
 CONFIG = {"models": ["scripted:demo", "scripted:example"], "problems": ["all_reduce"], "samples": 2, "steps": 2, "allow_nccl": True,
           "trials": 1, "timed": False}
