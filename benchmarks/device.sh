@@ -16,6 +16,7 @@
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
 #   timing_ab                 timing stability, world 1, this tree and .baseline (an older tree, carried) in turn
 #   batch_oracles             kloop batch of benchmarks/batch_oracles_cuda.yaml (oracles and references, cuda, world 1) + report
+#   service_gpu               tests/service/test_service_gpu.py: a batch through the API in emulate (world 2) and cuda (world 1)
 #   service_cuda              kloop serve on GPU 0: 40 cuda world-1 evaluations from 8 API clients (benchmarks/service_load.py)
 #   service_cpu               kloop serve, 6 CPU slots: 200 CPU evaluations from 20 API clients (none lost or duplicated, p50/p99)
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/problems/test_suite_gpu.py)
@@ -61,6 +62,7 @@ for name in "$@"; do
     oracle_cuda) part "$name" 90 $ORACLES -k "cuda_mode" ;;
     perf) part "$name" 200 $PYTEST tests/sandbox/test_gpu_perf.py ;;
     latency) part "$name" 120 python3 benchmarks/eval_latency.py --device cuda --world 1; tail -6 "$OUT/latency.log" ;;
+    service_gpu) part "$name" 400 $PYTEST tests/service/test_service_gpu.py ;;
     service_cuda)
       part "$name" 480 python3 benchmarks/service_load.py --start --evals 40 --clients 8 --device cuda --world 1 -- --gpus 0 --cpu-slots 2
       tail -8 "$OUT/$name.log" ;;
