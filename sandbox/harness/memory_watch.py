@@ -1,0 +1,160 @@
+"""A candidate group's host memory, watched from the parent: a rank whose processes together hold
+more than the limit is stopped, and the verdict says so.
+
+RLIMIT_AS cannot bound a rank (CUDA reserves address space far beyond what it uses), and the
+jail has no cgroup of its own to account in; so the parent reads, every ``POLL_S``, the resident
+memory of each rank's processes (the rank and whatever it forked, found again every
+``RESCAN_S``) on the host's /proc, where a rank cannot alter what is read. A rank over the limit
+is killed with everything it forked (SIGKILL from the parent), and the group's ``stopped_for``
+names it: the evaluation ends as ``crashed`` with "rank N used more than X GiB of host memory"
+instead of the host running out of memory. Processes the candidate started that left their rank
+(a double fork reparents to the jail's init) are counted together, against the same limit.
+
+What is counted is resident memory (RSS): the rank's own pages and those of files it maps,
+shared libraries included (a few hundred MiB for torch), so the limit is meant to be generous
+(``HarnessConfig.rank_memory_gib``). Files a rank writes to a memory-backed folder without
+mapping them are not resident in any process, and are bounded by the jail's file-size rlimit.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import psutil
+import structlog
+
+log = structlog.get_logger(__name__)
+
+POLL_S = 0.1
+RESCAN_S = 1.0
+RANK_MARKER = "sandbox.rank"  # in the command line of the candidate's zygote, and so of every rank it forks
+GIB = 2**30
+
+
+class MemoryWatch:
+    """Watches the tree under ``root_pid`` (a candidate group's jail) until :meth:`stop`; calls
+    ``on_exceeded(message)`` once, after stopping the offender."""
+
+    def __init__(self, root_pid: int, world: int, limit_bytes: int, on_exceeded: Callable[[str], None]):
+        self.root_pid, self.world, self.limit_bytes = root_pid, world, limit_bytes
+        self.on_exceeded = on_exceeded
+        self.peak_bytes = [0] * world
+        self._ranks: list[psutil.Process] = []
+        self._trees: list[list[psutil.Process]] = []
+        self._strays: list[psutil.Process] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kloop-memory-watch", daemon=True)
+
+    def start(self) -> "MemoryWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+
+    # ---------------------------------------------------------------- the loop
+    def _run(self) -> None:
+        scanned = -RESCAN_S
+        elapsed = 0.0
+        while not self._stop.wait(POLL_S):
+            elapsed += POLL_S
+            try:
+                if elapsed - scanned >= RESCAN_S or not self._ranks:
+                    self._scan()
+                    scanned = elapsed
+                if self._check():
+                    return
+            except Exception as error:  # noqa: BLE001 - a watch that fails must not end the evaluation
+                log.warning("memory watch failed", error=f"{type(error).__name__}: {error}")
+                return
+
+    def _scan(self) -> None:
+        """Find the ranks (the zygote's children, in the order it forked them) and what each forked."""
+        try:
+            root = psutil.Process(self.root_pid)
+            everyone = root.children(recursive=True)
+        except psutil.Error:
+            return
+        if len(self._ranks) < self.world:
+            zygote = next((p for p in everyone if _is_rank_process(p) and not _is_rank_process(_parent(p))), None)
+            if zygote is None:
+                return
+            try:
+                ranks = sorted(zygote.children(), key=lambda p: (p.create_time(), p.pid))
+            except psutil.Error:
+                return
+            if len(ranks) < self.world:
+                return
+            self._ranks = ranks[:self.world]
+        trees = []
+        for rank in self._ranks:
+            try:
+                trees.append([rank, *rank.children(recursive=True)])
+            except psutil.Error:
+                trees.append([])
+        self._trees = trees
+        counted = {p.pid for tree in trees for p in tree} | _ancestors(self._ranks)  # the jail's own processes, the zygote
+        self._strays = [p for p in everyone if p.pid not in counted]
+
+    def _check(self) -> bool:
+        for rank, tree in enumerate(self._trees):
+            used = _resident(tree)
+            self.peak_bytes[rank] = max(self.peak_bytes[rank], used)
+            if used > self.limit_bytes:
+                self._exceeded(f"rank {rank}", tree, used)
+                return True
+        used = _resident(self._strays)
+        if used > self.limit_bytes:
+            self._exceeded("processes the candidate started outside its ranks", self._strays, used)
+            return True
+        return False
+
+    def _exceeded(self, who: str, tree: list[psutil.Process], used: int) -> None:
+        for process in tree:
+            try:
+                process.kill()  # psutil refuses a pid that was reused since it was found
+            except psutil.Error:
+                pass
+        message = (f"{who} used more than {self.limit_bytes / GIB:g} GiB of host memory ({used / GIB:.2f} GiB resident when "
+                   "the harness stopped it; the limit per rank is rank_memory_gib in the harness config)")
+        log.info("candidate over its memory limit", who=who, used_bytes=used, limit_bytes=self.limit_bytes)
+        self.on_exceeded(message)
+
+
+def _resident(processes: list[psutil.Process]) -> int:
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def _parent(process: psutil.Process) -> psutil.Process | None:
+    try:
+        return process.parent()
+    except psutil.Error:
+        return None
+
+
+def _is_rank_process(process: psutil.Process | None) -> bool:
+    if process is None:
+        return False
+    try:
+        return RANK_MARKER in process.cmdline()
+    except psutil.Error:
+        return False
+
+
+def _ancestors(ranks: list[psutil.Process]) -> set[int]:
+    found: set[int] = set()
+    for rank in ranks:
+        try:
+            found.update(p.pid for p in rank.parents())
+        except psutil.Error:
+            continue
+    return found
