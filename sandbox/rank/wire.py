@@ -240,7 +240,11 @@ class Blob:
             raise WireError("a blob too short to hold a header")
         self.size = size
         self.shared = shared
-        self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE) if shared else mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        if shared:  # populated now: a call must not pay the page faults that a copy made in staging would have paid
+            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        else:
+            self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
         try:
             if self.map[:len(MAGIC)] != MAGIC:
                 raise WireError("not a blob (bad magic)")
