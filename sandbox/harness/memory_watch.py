@@ -113,15 +113,15 @@ class MemoryWatch:
         return False
 
     def _exceeded(self, who: str, tree: list[psutil.Process], used: int) -> None:
+        message = (f"{who} used more than {self.limit_bytes / GIB:g} GiB of host memory ({used / GIB:.2f} GiB resident when "
+                   "the harness stopped it; the limit per rank is rank_memory_gib in the harness config)")
+        log.info("candidate over its memory limit", who=who, used_bytes=used, limit_bytes=self.limit_bytes)
+        self.on_exceeded(message)  # first: whoever sees the rank die must find the reason already there
         for process in tree:
             try:
                 process.kill()  # psutil refuses a pid that was reused since it was found
             except psutil.Error:
                 pass
-        message = (f"{who} used more than {self.limit_bytes / GIB:g} GiB of host memory ({used / GIB:.2f} GiB resident when "
-                   "the harness stopped it; the limit per rank is rank_memory_gib in the harness config)")
-        log.info("candidate over its memory limit", who=who, used_bytes=used, limit_bytes=self.limit_bytes)
-        self.on_exceeded(message)
 
 
 def _resident(processes: list[psutil.Process]) -> int:

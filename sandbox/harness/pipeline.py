@@ -33,7 +33,7 @@ from problems import get_problem, load_ref
 from problems.contract import Problem
 from sandbox import performance, topology
 from sandbox.harness import messages as m
-from sandbox.harness import timing
+from sandbox.harness import staged_inputs, timing
 from sandbox.harness.calls import Call, CallPlan, Expected, Revealed
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.config import HarnessConfig
@@ -42,7 +42,6 @@ from sandbox.harness.judge import judge
 from sandbox.harness.launch import packages_dir
 from sandbox.harness.warm import FreshGroups
 from sandbox.harness.sealed_cache import SealedCache, cache_key
-from sandbox.harness import staged_inputs
 from sandbox.harness.seeds import host_secret
 from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
