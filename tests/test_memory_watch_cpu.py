@@ -55,8 +55,18 @@ def hoard():
     time.sleep(30)
 
 
+def hoard_in_a_memory_file():  # 1.25 GiB written to a memfd never mapped: resident in no process
+    fd = os.memfd_create("hoard")
+    chunk = b"z" * (32 * 2**20)
+    for _ in range(40):
+        os.write(fd, chunk)
+    time.sleep(30)
+
+
 if sys.argv[1] == "direct":
     hoard()
+elif sys.argv[1] == "memfd":
+    hoard_in_a_memory_file()
 elif os.fork() == 0:  # the memory is held by a grandchild that left its parent: a stray of the tree
     if os.fork() == 0:
         hoard()
@@ -79,10 +89,10 @@ def _resident(process: psutil.Process) -> int:
         return 0
 
 
-@pytest.mark.parametrize("how", ["direct", "fork"])
+@pytest.mark.parametrize("how", ["direct", "memfd", "fork"])
 def test_the_watch_stops_a_tree_over_the_limit(how, tmp_path):
     """The watch on a plain process tree shaped as a jail's: root -> zygote (``-m sandbox.rank``)
-    -> one rank, whose memory is its own or that of a process that left it."""
+    -> one rank, whose memory is its own, in a memory file it holds, or that of a process that left it."""
     (tmp_path / "sandbox").mkdir()
     (tmp_path / "sandbox" / "__init__.py").write_text("")
     (tmp_path / "sandbox" / "rank.py").write_text(
@@ -93,7 +103,7 @@ def test_the_watch_stops_a_tree_over_the_limit(how, tmp_path):
     watch = MemoryWatch(root.pid, 1, 512 * 2**20, lambda message: (said.append(message), done.set())).start()
     try:
         assert done.wait(30), "the watch never stopped the tree"
-        who = "rank 0" if how == "direct" else "processes the candidate started outside its ranks"
+        who = "processes the candidate started outside its ranks" if how == "fork" else "rank 0"
         assert said[0].startswith(f"{who} used more than 0.5 GiB of host memory"), said
         time.sleep(0.5)
         holders = [p for p in psutil.Process(root.pid).children(recursive=True) if _resident(p) > 256 * 2**20]

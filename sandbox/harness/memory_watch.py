@@ -12,12 +12,16 @@ instead of the host running out of memory. Processes the candidate started that 
 
 What is counted is resident memory (RSS): the rank's own pages and those of files it maps,
 shared libraries included (a few hundred MiB for torch), so the limit is meant to be generous
-(``HarnessConfig.rank_memory_gib``). Files a rank writes to a memory-backed folder without
-mapping them are not resident in any process, and are bounded by the jail's file-size rlimit.
+(``HarnessConfig.rank_memory_gib``); plus the memory files (memfd) its processes hold open, which
+need not be resident in any process (a mapped one may count twice). Files a rank writes to the
+jail's private /tmp or /dev/shm are bounded by their tmpfs size (sandbox/jail/spec.py). Not seen:
+memory held where no process of the tree names it (a descriptor in flight on a socket, SysV
+shared memory in the jail's IPC namespace); a memory cgroup per group would bound those too.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable
 
@@ -43,6 +47,8 @@ class MemoryWatch:
         self._ranks: list[psutil.Process] = []
         self._trees: list[list[psutil.Process]] = []
         self._strays: list[psutil.Process] = []
+        self._held: list[int] = [0] * world  # memory files held open, per rank's tree (bytes), at the last scan
+        self._strays_held = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kloop-memory-watch", daemon=True)
 
@@ -96,17 +102,19 @@ class MemoryWatch:
             except psutil.Error:
                 trees.append([])
         self._trees = trees
+        self._held = [_held_files(tree) for tree in trees]
         counted = {p.pid for tree in trees for p in tree} | _ancestors(self._ranks)  # the jail's own processes, the zygote
         self._strays = [p for p in everyone if p.pid not in counted]
+        self._strays_held = _held_files(self._strays)
 
     def _check(self) -> bool:
         for rank, tree in enumerate(self._trees):
-            used = _resident(tree)
+            used = _resident(tree) + self._held[rank]
             self.peak_bytes[rank] = max(self.peak_bytes[rank], used)
             if used > self.limit_bytes:
                 self._exceeded(f"rank {rank}", tree, used)
                 return True
-        used = _resident(self._strays)
+        used = _resident(self._strays) + self._strays_held
         if used > self.limit_bytes:
             self._exceeded("processes the candidate started outside its ranks", self._strays, used)
             return True
@@ -131,6 +139,29 @@ def _resident(processes: list[psutil.Process]) -> int:
             total += process.memory_info().rss
         except psutil.Error:
             continue
+    return total
+
+
+def _held_files(processes: list[psutil.Process]) -> int:
+    """Bytes of the memory files (memfd) that ``processes`` hold open, each file once."""
+    seen, total = set(), 0
+    for process in processes:
+        folder = f"/proc/{process.pid}/fd"
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = f"{folder}/{name}"
+            try:
+                if not os.readlink(path).startswith("/memfd:"):
+                    continue
+                found = os.stat(path)
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) not in seen:
+                seen.add((found.st_dev, found.st_ino))
+                total += found.st_blocks * 512
     return total
 
 
