@@ -68,7 +68,7 @@ class MemoryWatch:
         while not self._stop.wait(POLL_S):
             elapsed += POLL_S
             try:
-                if elapsed - scanned >= RESCAN_S or not self._ranks:
+                if elapsed - scanned >= RESCAN_S:
                     self._scan()
                     scanned = elapsed
                 if self._check():
@@ -79,17 +79,15 @@ class MemoryWatch:
 
     def _scan(self) -> None:
         """Find the ranks (the zygote's children, in the order it forked them) and what each forked."""
-        try:
-            root = psutil.Process(self.root_pid)
-            everyone = root.children(recursive=True)
-        except psutil.Error:
+        everyone = _descendants(self.root_pid)
+        if not everyone:
             return
         if len(self._ranks) < self.world:
             zygote = next((p for p in everyone if _is_rank_process(p) and not _is_rank_process(_parent(p))), None)
             if zygote is None:
                 return
             try:
-                ranks = sorted(zygote.children(), key=lambda p: (p.create_time(), p.pid))
+                ranks = sorted(_children(zygote), key=lambda p: (p.create_time(), p.pid))
             except psutil.Error:
                 return
             if len(ranks) < self.world:
@@ -97,10 +95,7 @@ class MemoryWatch:
             self._ranks = ranks[:self.world]
         trees = []
         for rank in self._ranks:
-            try:
-                trees.append([rank, *rank.children(recursive=True)])
-            except psutil.Error:
-                trees.append([])
+            trees.append([rank, *_descendants(rank.pid)] if rank.is_running() else [])
         self._trees = trees
         self._held = [_held_files(tree) for tree in trees]
         counted = {p.pid for tree in trees for p in tree} | _ancestors(self._ranks)  # the jail's own processes, the zygote
@@ -140,6 +135,45 @@ def _resident(processes: list[psutil.Process]) -> int:
         except psutil.Error:
             continue
     return total
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    """A process's children from the kernel's own list of them (no scan of every process on the
+    host, which psutil would make); psutil's scan where the kernel keeps no such list."""
+    found: list[psutil.Process] = []
+    try:
+        tasks = os.listdir(f"/proc/{process.pid}/task")
+        pids = {int(pid) for task in tasks for pid in _read(f"/proc/{process.pid}/task/{task}/children").split()}
+    except (OSError, ValueError):
+        return process.children()
+    for pid in sorted(pids):
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return found
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    found: list[psutil.Process] = []
+    try:
+        pending = [psutil.Process(pid)]
+    except psutil.Error:
+        return found
+    while pending:
+        process = pending.pop()
+        try:
+            children = _children(process)
+        except psutil.Error:
+            continue
+        found += children
+        pending += children
+    return found
+
+
+def _read(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
 
 
 def _held_files(processes: list[psutil.Process]) -> int:
