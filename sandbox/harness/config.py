@@ -17,6 +17,10 @@ DEVICE_MODE_HELP = {
 }
 
 
+DEFAULT_RANK_MEMORY_GIB = 32.0
+MIN_RANK_MEMORY_GIB = 4.0  # a CUDA rank holds 2-3 GiB of host memory on its own; GPU hosts may show little MemTotal at first
+
+
 class StageTimeouts(BaseModel):
     startup_s: float = 180.0
     build_s: float = 600.0
@@ -44,11 +48,22 @@ class HarnessConfig(BaseModel):
     stress_calls: int = Field(0, ge=0, le=100_000, description="after correctness, this many back-to-back calls, every output checked")
     allow_nccl: bool = Field(False, description="let the candidate call torch.distributed collectives")
     profile_cache: bool = Field(True, description="reuse profiles taken before of the same solution and reference")
+    rank_memory_gib: float | None = Field(None, gt=0, description="host memory (resident, with whatever it forks) a "
+                                          "candidate rank may hold before the harness stops it; default: 32 GiB, or less "
+                                          "where the host has less (3/4 of it shared by the ranks, at least 4 GiB)")
     cache_dir: Path | None = None
     timeouts: StageTimeouts = Field(default_factory=StageTimeouts)
 
     def resolved_size(self) -> str:
         return self.size or ("default" if self.device == "cuda" else "small")
+
+    def rank_memory_bytes(self) -> int:
+        if self.rank_memory_gib is not None:
+            return int(self.rank_memory_gib * 2**30)
+        import psutil
+
+        share = 0.75 * psutil.virtual_memory().total / self.world
+        return int(max(min(DEFAULT_RANK_MEMORY_GIB * 2**30, share), MIN_RANK_MEMORY_GIB * 2**30))
 
     def is_timed(self) -> bool:
         return self.device != "emulate" if self.timed is None else (self.timed and self.device != "emulate")

@@ -24,6 +24,7 @@ import structlog
 from sandbox.backends.base import CappedReader
 from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
+from sandbox.harness.memory_watch import MemoryWatch
 from sandbox.rank.wire import Channel, ChannelClosed, WireError
 from sandbox.readiness import wait_readable
 from sandbox.report import inert
@@ -95,6 +96,8 @@ class RankGroup:
         self.loaded = False  # its module is imported (a reference group kept warm stays loaded)
         self.healthy = True  # nothing went wrong with it (only a healthy reference group is kept)
         self.workdir: Path | None = None
+        self.stopped_for: str | None = None  # why the harness stopped a rank of this group on its own (memory)
+        self.memory_watch: MemoryWatch | None = None
 
     # ---------------------------------------------------------------- messaging
     def send(self, rank: int, message: dict[str, Any], fds: list[int] = ()) -> None:
@@ -203,6 +206,16 @@ class RankGroup:
         where = "" if code is None else f"; its group's launcher exited with code {code}"
         return f"rank {rank} ended without answering (killed, out of memory, or os._exit){where}"
 
+    def watch_memory(self, limit_bytes: int) -> None:
+        """Stop any rank whose processes hold more than ``limit_bytes`` of host memory
+        (sandbox/harness/memory_watch.py); ``stopped_for`` then says which and how much."""
+        if self.memory_watch is None and not self.closed:
+            self.memory_watch = MemoryWatch(self.process.pid, self.world, limit_bytes, self._stopped).start()
+
+    def _stopped(self, reason: str) -> None:
+        self.stopped_for = reason
+        self.healthy = False
+
     # ---------------------------------------------------------------- logs and lifecycle
     def rank_log(self, rank: int) -> str:
         return self.readers[rank].text()
@@ -218,6 +231,8 @@ class RankGroup:
     def kill(self) -> None:
         if self.closed:
             return
+        if self.memory_watch is not None:
+            self.memory_watch.stop()
         self.process.kill()
         for channel in self.channels:
             channel.close()

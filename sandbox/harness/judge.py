@@ -3,7 +3,9 @@ reference; the first failing call names the rank, the element and the likely cau
 
 A rank's revealed bytes must be the ones it committed to when the call ended (else the judge was
 lied to: ``rejected``); its inputs must come back as they went in, byte for byte, except those the
-reference itself updates in place, which must then hold what the reference leaves in them.
+reference itself updates in place, which must then hold what the reference leaves in them. (On the
+CPU the parent has already compared the memory it staged the inputs in, after the call:
+sandbox/harness/staged_inputs.py; the revealed inputs are what a GPU rank can be judged on.)
 """
 
 from __future__ import annotations

@@ -83,6 +83,11 @@ class Launched:
     def __init__(self, process: Any, measures: list[str], kill):
         self.process, self.measures, self._kill = process, measures, kill
 
+    @property
+    def pid(self) -> int:
+        """The host pid at the root of the tree (a jail's keeper, or the zygote itself)."""
+        return getattr(self.process, "process", self.process).pid
+
     def poll(self) -> int | None:
         return self.process.poll()
 

@@ -33,7 +33,7 @@ from problems import get_problem, load_ref
 from problems.contract import Problem
 from sandbox import performance, topology
 from sandbox.harness import messages as m
-from sandbox.harness import timing
+from sandbox.harness import staged_inputs, timing
 from sandbox.harness.calls import Call, CallPlan, Expected, Revealed
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.config import HarnessConfig
@@ -86,6 +86,7 @@ class Evaluation:
         self.parent_spent_s: dict[str, float] = {}  # the parent's own work: reading blobs, judging
         self.reference_calibration = timing.Series([])  # the harness's own per-call cost in each group (see _calibrate)
         self.candidate_calibration = timing.Series([])
+        self.staged: dict[int, list[list[int]]] = {}  # round -> [rank][call]: inputs shared with the ranks (cpu)
         self.report = EvalReport(
             status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
             dtype=self.dtype, size=self.size, trials=config.trials, public_seeds=[config.seed + t for t in range(config.trials)],
@@ -119,6 +120,9 @@ class Evaluation:
         finally:
             teardown = time.monotonic()
             self.group_source.release(self, *(self.groups or [None, None]))
+            for copies in self.staged.values():
+                staged_inputs.close_copies(copies)
+            self.staged.clear()
             self._attach_logs()
             if self.compile_server is not None:
                 self.report.compiles = CompileStats(requests=self.compile_server.requests, distinct=self.compile_server.distinct,
@@ -181,6 +185,7 @@ class Evaluation:
             self.device_name = gpu_model_name() or "unknown-gpu"
         self.reference, self.candidate = self.group_source.acquire(self)
         self.groups = [self.reference, self.candidate]
+        self.candidate.watch_memory(config.rank_memory_bytes())
         self.candidate_dir = self.candidate.workdir
         shutil.copyfile(self.workdir / config.solution, self.candidate_dir / "solution.py")
         # delivered where the ranks can read but not write: in their own work dir the parent (root) would
@@ -223,6 +228,8 @@ class Evaluation:
         primary = next((f for f in failures if "after another rank failed" not in f.message), failures[0])
         verdicts = [RankVerdict(rank=a.rank, ok=not isinstance(a, RankFailure), message=getattr(a, "message", ""))
                     for a in answers]
+        if self.candidate.stopped_for:
+            raise Verdict("crashed", self.candidate.stopped_for, ranks=verdicts)
         if primary.kind == "violation":
             raise Verdict("rejected", f"rank {primary.rank}: {primary.message}", ranks=verdicts)
         if primary.kind == "build":
@@ -339,9 +346,17 @@ class Evaluation:
         return calls
 
     def _stage(self, group: RankGroup, round_id: int, calls: list[Call], stage: str) -> float:
-        fds = [[call.inputs[rank] for call in calls] for rank in range(self.config.world)]
+        """A round's inputs to every rank of ``group``: on the CPU as views of copies the parent
+        keeps (sandbox/harness/staged_inputs.py), on a device as the reference's sealed blobs."""
+        shared = self.config.device == "cpu"
+        if shared:
+            with self._parent_work("staging inputs"):
+                fds = self.staged[round_id] = staged_inputs.stage_copies(calls, self.config.world)
+        else:
+            fds = [[call.inputs[rank] for call in calls] for rank in range(self.config.world)]
         started = time.perf_counter()
-        answers = group.ask({"type": "stage", "round": round_id}, m.Staged, self.config.timeouts.correctness_s, stage, fds=fds)
+        answers = group.ask({"type": "stage", "round": round_id, "shared": shared}, m.Staged, self.config.timeouts.correctness_s,
+                            stage, fds=fds)
         wall = (time.perf_counter() - started) * 1000.0
         self._checked(group, answers)
         return wall
@@ -359,6 +374,8 @@ class Evaluation:
         for answer in done:
             if answer.reply.round != round_id or answer.reply.index != index:
                 raise m.ProtocolViolation(f"rank {answer.rank} answered for another call")
+        if group is self.candidate:
+            self._check_inputs(round_id, [call], index)
         return [a.reply.ms for a in done], [a.reply.checksum for a in done], wall
 
     def _burst(self, group: RankGroup, round_id: int, calls: list[Call], start: int, stage: str) -> list[list[str]]:
@@ -367,6 +384,8 @@ class Evaluation:
         count = len(calls) - start
         if any(len(a.reply.checksums) != count for a in answers):
             raise m.ProtocolViolation("a rank committed to the wrong number of back-to-back calls")
+        if group is self.candidate:
+            self._check_inputs(round_id, calls[start:], start)
         return [[a.reply.checksums[i] for a in answers] for i in range(count)]
 
     def _reveal(self, round_id: int, calls: list[Call], indices: list[int], stage: str) -> list[list[Revealed]]:
@@ -387,8 +406,18 @@ class Evaluation:
                         raise m.ProtocolViolation(f"a revealed call could not be read: {error}") from None
         return shown
 
+    def _check_inputs(self, round_id: int, calls: list[Call], start: int) -> None:
+        """The staged inputs of ``calls`` (the round's calls from ``start`` on), as the parent's
+        own copies hold them right after the calls ended: unchanged, on every checked call."""
+        copies = self.staged.get(round_id)
+        if copies is None:
+            return  # on a device: the inputs are the rank's own memory (judged from what it reveals)
+        with self._parent_work("checking inputs"):
+            staged_inputs.check_inputs(calls, [fds[start:start + len(calls)] for fds in copies], self.problem.spec.in_place)
+
     def _drop(self, group: RankGroup, round_id: int) -> None:
         self._checked(group, group.ask({"type": "drop", "round": round_id}, m.Dropped, self.config.timeouts.correctness_s, "drop"))
+        staged_inputs.close_copies(self.staged.pop(round_id, []))
 
     def _next_round(self) -> int:
         self.rounds += 1

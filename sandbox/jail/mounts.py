@@ -1,6 +1,7 @@
 """The jail's view of the filesystem, set up by its PID 1 in a private mount namespace.
 
-- /tmp and /dev/shm: fresh tmpfs, shared by the tree, gone when the namespace goes.
+- /tmp and /dev/shm: fresh tmpfs, shared by the tree, gone when the namespace goes, each of
+  ``tmpfs_bytes`` at most (host memory: a write past it fails with ENOSPC).
 - /run (and /var/run when it is a folder of its own): an empty tmpfs, so no daemon's socket
   (docker.sock, dbus, a harness's) can be reached by path.
 - /proc: a fresh proc of the jail's PID namespace (no process outside is visible).
@@ -51,7 +52,7 @@ def _outermost(paths: set[str]) -> list[str]:
     return sorted(p for p in paths if not any(q != p and _under(p, q) for q in paths))
 
 
-def overmount(roots: set[str], keep: dict[str, bool]) -> list[str]:
+def overmount(roots: set[str], keep: dict[str, bool], tmpfs_bytes: int | None = None) -> list[str]:
     """Cover each of ``roots`` with an empty tmpfs, then bind back at the same place each path of
     ``keep`` (path -> writable) that lies under one. A root that is, or is under, a kept path is
     left alone. Returns a measure per root covered."""
@@ -60,8 +61,9 @@ def overmount(roots: set[str], keep: dict[str, bool]) -> list[str]:
     fds = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in kept}
     try:
         for root in roots:
-            mode = "1777" if root in ("/tmp", "/dev/shm") else "0755"
-            k.mount("tmpfs", root, "tmpfs", k.MS_NOSUID | k.MS_NODEV, f"mode={mode}")
+            scratch = root in ("/tmp", "/dev/shm")
+            options = "mode=1777" + (f",size={int(tmpfs_bytes)}" if tmpfs_bytes else "") if scratch else "mode=0755"
+            k.mount("tmpfs", root, "tmpfs", k.MS_NOSUID | k.MS_NODEV, options)
         bound: list[str] = []
         for path in kept:
             if not any(_under(path, b) and keep[b] == keep[path] for b in bound):  # else visible through that bind
@@ -84,7 +86,7 @@ def prepare(config: dict, mount_proc: bool) -> list[str]:
     roots = {p for p in PRIVATE if os.path.isdir(p) and not os.path.islink(p)}
     if config["root"] and config["uid"] != 0:
         roots |= closed_ancestors(keep, config["uid"], config["gid"])
-    measures = overmount(roots, keep)
+    measures = overmount(roots, keep, config.get("tmpfs_bytes"))
     if mount_proc:
         try:
             k.mount("proc", "/proc", "proc", k.MS_NOSUID | k.MS_NODEV | k.MS_NOEXEC)

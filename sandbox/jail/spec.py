@@ -12,6 +12,14 @@ NETWORKS = ("none", "loopback")
 DEVICES = ("none", "cuda")
 # soft = hard limit for the tree; nproc counts every process and thread of the tree's uid
 DEFAULT_RLIMITS = {"core": 0, "nofile": 65536, "fsize": 16 * 2**30, "nproc": 8192}
+MAX_TMPFS_BYTES = 8 * 2**30
+
+
+def default_tmpfs_bytes() -> int:
+    """The size of each of the tree's private /tmp and /dev/shm: files there are host memory that
+    no process holds (so no watch of resident memory sees them), and a tmpfs left at the kernel's
+    default may take half the host's. 8 GiB, or an eighth of the host's memory where that is less."""
+    return min(MAX_TMPFS_BYTES, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8)
 
 
 class JailError(Exception):
@@ -34,6 +42,7 @@ class JailSpec:
     env: the tree's whole environment (build it from an allow-list); HOME and TMPDIR are set.
     rlimits: overrides of DEFAULT_RLIMITS (core, nofile, fsize, nproc; soft = hard).
     devices: "none", or "cuda" for /dev/nvidia*.
+    tmpfs_bytes: the size of each of its private /tmp and /dev/shm (default: default_tmpfs_bytes()).
     """
 
     workdir: str
@@ -44,6 +53,7 @@ class JailSpec:
     env: dict[str, str] = field(default_factory=dict)
     rlimits: dict[str, int] = field(default_factory=dict)
     devices: str = "none"
+    tmpfs_bytes: int | None = None
 
     def __post_init__(self):
         if self.network not in NETWORKS:
@@ -68,7 +78,7 @@ class JailSpec:
             "argv": list(argv), "workdir": self.workdir, "read": policy.read_paths(self.readable, self.hidden),
             "devices": policy.device_rights(self.devices), "network": self.network, "root": root, "uid": uid,
             "gid": uid if root else os.getegid(), "env": dict(self.env), "rlimits": {**DEFAULT_RLIMITS, **self.rlimits},
-            "pass_fds": list(pass_fds),
+            "pass_fds": list(pass_fds), "tmpfs_bytes": self.tmpfs_bytes or default_tmpfs_bytes(),
         }
 
 

@@ -114,11 +114,14 @@ class RankServer:
 
     # ---------------------------------------------------------------- calls
     def stage(self, message: dict[str, Any], fds: list[int]) -> tuple[dict, list]:
-        """Inputs of a round's calls, one blob each, made into tensors on this rank's device."""
+        """Inputs of a round's calls, one blob each, made into tensors on this rank's device; with
+        ``shared`` (CPU only), views of the parent's own copies, which it compares after the call
+        with what it staged (a rank cannot hide a write to its inputs by what it says)."""
         calls = []
+        shared = bool(message.get("shared"))
         for fd in fds:
-            with wire.Blob(fd, MAX_INPUT_BLOB_BYTES) as blob:
-                tensors = blob.tensors(self.device.device)
+            with wire.Blob(fd, MAX_INPUT_BLOB_BYTES, shared=shared) as blob:
+                tensors = blob.tensors(None if shared else self.device.device)
                 calls.append({"inputs": wire.decode_tree(blob.tree, tensors), "leaves": tensors})
         self.device.synchronize()
         self.rounds[message["round"]] = {"calls": calls, "outputs": {}}

@@ -37,6 +37,7 @@ MAX_GROUP_RANKS = 1024
 MAGIC = b"KLOOPBL1"
 ALIGN = 64
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+SIZE_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL  # a shared copy: writable, never resized
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "complex64": 8, "complex128": 16, "int64": 8, "int32": 4,
             "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
             "float8_e5m2fnuz": 1}
@@ -152,18 +153,40 @@ def _sealed_memfd(name: str, chunks: Iterable[bytes | memoryview]) -> int:
     return fd
 
 
-def check_sealed(fd: int, max_bytes: int) -> int:
-    """The size of the sealed memfd ``fd``; WireError when it is not one, or too large."""
+def check_sealed(fd: int, max_bytes: int, seals: int = SEALS) -> int:
+    """The size of the sealed memfd ``fd``; WireError when it is not one (``seals`` all set), or too large."""
     try:
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        found = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
         size = os.fstat(fd).st_size
     except OSError as error:
         raise WireError(f"not a sealed memory file: {error}") from None
-    if seals & SEALS != SEALS:
-        raise WireError("a memory file that is not sealed against writes")
+    if found & seals != seals:
+        raise WireError("a memory file that is not sealed against writes" if seals & fcntl.F_SEAL_WRITE else
+                        "a memory file that can be resized")
     if size > max_bytes:
         raise WireError(f"a memory file of {size} bytes (at most {max_bytes} expected)")
     return size
+
+
+def shared_copy(fd: int, max_bytes: int) -> int:
+    """A writable copy of the sealed blob ``fd`` that can never be resized: what a rank's inputs
+    are views of when the holder of this copy must see afterwards what the rank did to them (a
+    reader of it can never fault on a file shrunk under its mapping)."""
+    size = check_sealed(fd, max_bytes)
+    copy = os.memfd_create("kloop-staged", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(copy, size)
+        done = 0
+        while done < size:
+            moved = os.copy_file_range(fd, copy, size - done, done, done)
+            if moved <= 0:
+                raise WireError("copying a blob ended early")
+            done += moved
+        fcntl.fcntl(copy, fcntl.F_ADD_SEALS, SIZE_SEALS)
+    except BaseException:
+        os.close(copy)
+        raise
+    return copy
 
 
 def read_sealed(fd: int, max_bytes: int) -> bytes:
@@ -207,14 +230,21 @@ def write_blob(tree: Any, tensors: list, name: str = "blob") -> int:
 
 
 class Blob:
-    """A blob opened for reading: ``header`` (validated) and its bytes, mapped read-only."""
+    """A blob opened for reading: ``header`` (validated) and its bytes, mapped read-only; or, with
+    ``shared``, a :func:`shared_copy` mapped writable, whose tensors are views of the file itself
+    (CPU only; whatever is written to them, the holder of the file sees)."""
 
-    def __init__(self, fd: int, max_bytes: int):
-        size = check_sealed(fd, max_bytes)
+    def __init__(self, fd: int, max_bytes: int, shared: bool = False):
+        size = check_sealed(fd, max_bytes, SIZE_SEALS if shared else SEALS)
         if size < len(MAGIC) + 8:
             raise WireError("a blob too short to hold a header")
         self.size = size
-        self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        self.shared = shared
+        if shared:  # populated now: a call must not pay the page faults that a copy made in staging would have paid
+            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        else:
+            self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
         try:
             if self.map[:len(MAGIC)] != MAGIC:
                 raise WireError("not a blob (bad magic)")
@@ -232,12 +262,19 @@ class Blob:
             raise
 
     def tensor(self, index: int, device=None):
-        """Tensor ``index`` as a new tensor (its own memory; on ``device`` when given)."""
+        """Tensor ``index`` as a new tensor (its own memory; on ``device`` when given), or in a
+        shared blob a view of the file's bytes."""
         import torch
 
         spec = self.specs[index]
         dtype = getattr(torch, spec["dtype"])
-        if spec["nbytes"] == 0:
+        if self.shared:
+            if device is not None and torch.device(device).type != "cpu":
+                raise WireError("a shared blob's tensors live on the CPU")
+            raw = torch.frombuffer(self.map, dtype=torch.uint8, count=spec["nbytes"], offset=self.data_start + spec["offset"]) \
+                if spec["nbytes"] else torch.empty(0, dtype=torch.uint8)
+            out = raw.view(dtype).reshape(spec["shape"])
+        elif spec["nbytes"] == 0:
             out = torch.empty(spec["shape"], dtype=dtype, device=device)
         else:
             with warnings.catch_warnings():  # read-only memory: copied below before anything could write it
@@ -258,7 +295,8 @@ class Blob:
         return [self.tensor(i, device) for i in range(len(self.specs))]
 
     def close(self) -> None:
-        self.map.close()
+        if not self.shared:  # a shared blob's map lives as long as the tensors that view it
+            self.map.close()
 
     def __enter__(self) -> "Blob":
         return self

@@ -37,6 +37,7 @@ class Fixture:
     timed: bool = False
     message: str | None = None
     known_hole: str | None = None  # a breach this judge cannot stop yet (the reason): the test is a strict xfail
+    rank_memory_gib: float | None = None  # the harness's host-memory limit per rank, where the fixture needs a small one
     summary: str = field(default="", compare=False)
 
     @property
@@ -63,6 +64,7 @@ def load(path: Path) -> Fixture:
         leaves=tuple(p.strip() for p in head.get("leaves", "").split(",") if p.strip()),
         device=head.get("device", "cpu"), size=head.get("size"),
         timed=expect == "not-fast" or head.get("timed") == "yes", message=head.get("message"), known_hole=head.get("known-hole"), summary=first,
+        rank_memory_gib=float(head["rank-memory-gib"]) if "rank-memory-gib" in head else None,
     )
 
 
@@ -79,6 +81,8 @@ def config(fixture: Fixture, world: int, device: str | None = None, **overrides)
     base = dict(problem=fixture.problem, world=world, device=mode, allow_nccl=fixture.allow_nccl, trials=3, timed=timed,
                 iterations=12, warmup=1, timing_budget_s=4.0, size=fixture.size, profile=False,
                 timeouts=StageTimeouts(startup_s=180, build_s=180, correctness_s=90, performance_s=180, profile_s=90))
+    if fixture.rank_memory_gib is not None:
+        base["rank_memory_gib"] = fixture.rank_memory_gib
     return HarnessConfig(**{**base, **overrides})
 
 

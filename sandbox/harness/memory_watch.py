@@ -1,0 +1,225 @@
+"""A candidate group's host memory, watched from the parent: a rank whose processes together hold
+more than the limit is stopped, and the verdict says so.
+
+RLIMIT_AS cannot bound a rank (CUDA reserves address space far beyond what it uses), and the
+jail has no cgroup of its own to account in; so the parent reads, every ``POLL_S``, the resident
+memory of each rank's processes (the rank and whatever it forked, found again every
+``RESCAN_S``) on the host's /proc, where a rank cannot alter what is read. A rank over the limit
+is killed with everything it forked (SIGKILL from the parent), and the group's ``stopped_for``
+names it: the evaluation ends as ``crashed`` with "rank N used more than X GiB of host memory"
+instead of the host running out of memory. Processes the candidate started that left their rank
+(a double fork reparents to the jail's init) are counted together, against the same limit.
+
+What is counted is resident memory (RSS): the rank's own pages and those of files it maps,
+shared libraries included (a few hundred MiB for torch), so the limit is meant to be generous
+(``HarnessConfig.rank_memory_gib``); plus the memory files (memfd) its processes hold open, which
+need not be resident in any process (a mapped one may count twice). Files a rank writes to the
+jail's private /tmp or /dev/shm are bounded by their tmpfs size (sandbox/jail/spec.py). Not seen:
+memory held where no process of the tree names it (a descriptor in flight on a socket, SysV
+shared memory in the jail's IPC namespace); a memory cgroup per group would bound those too.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+import psutil
+import structlog
+
+log = structlog.get_logger(__name__)
+
+POLL_S = 0.1
+RESCAN_S = 1.0
+RANK_MARKER = "sandbox.rank"  # in the command line of the candidate's zygote, and so of every rank it forks
+GIB = 2**30
+
+
+class MemoryWatch:
+    """Watches the tree under ``root_pid`` (a candidate group's jail) until :meth:`stop`; calls
+    ``on_exceeded(message)`` once, after stopping the offender."""
+
+    def __init__(self, root_pid: int, world: int, limit_bytes: int, on_exceeded: Callable[[str], None]):
+        self.root_pid, self.world, self.limit_bytes = root_pid, world, limit_bytes
+        self.on_exceeded = on_exceeded
+        self.peak_bytes = [0] * world
+        self._ranks: list[psutil.Process] = []
+        self._trees: list[list[psutil.Process]] = []
+        self._strays: list[psutil.Process] = []
+        self._held: list[int] = [0] * world  # memory files held open, per rank's tree (bytes), at the last scan
+        self._strays_held = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kloop-memory-watch", daemon=True)
+
+    def start(self) -> "MemoryWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+
+    # ---------------------------------------------------------------- the loop
+    def _run(self) -> None:
+        scanned = -RESCAN_S
+        elapsed = 0.0
+        while not self._stop.wait(POLL_S):
+            elapsed += POLL_S
+            try:
+                if elapsed - scanned >= RESCAN_S:
+                    self._scan()
+                    scanned = elapsed
+                if self._check():
+                    return
+            except Exception as error:  # noqa: BLE001 - a watch that fails must not end the evaluation
+                log.warning("memory watch failed", error=f"{type(error).__name__}: {error}")
+                return
+
+    def _scan(self) -> None:
+        """Find the ranks (the zygote's children, in the order it forked them) and what each forked."""
+        everyone = _descendants(self.root_pid)
+        if not everyone:
+            return
+        if len(self._ranks) < self.world:
+            zygote = next((p for p in everyone if _is_rank_process(p) and not _is_rank_process(_parent(p))), None)
+            if zygote is None:
+                return
+            try:
+                ranks = sorted(_children(zygote), key=lambda p: (p.create_time(), p.pid))
+            except psutil.Error:
+                return
+            if len(ranks) < self.world:
+                return
+            self._ranks = ranks[:self.world]
+        trees = []
+        for rank in self._ranks:
+            trees.append([rank, *_descendants(rank.pid)] if rank.is_running() else [])
+        self._trees = trees
+        self._held = [_held_files(tree) for tree in trees]
+        counted = {p.pid for tree in trees for p in tree} | _ancestors(self._ranks)  # the jail's own processes, the zygote
+        self._strays = [p for p in everyone if p.pid not in counted]
+        self._strays_held = _held_files(self._strays)
+
+    def _check(self) -> bool:
+        for rank, tree in enumerate(self._trees):
+            used = _resident(tree) + self._held[rank]
+            self.peak_bytes[rank] = max(self.peak_bytes[rank], used)
+            if used > self.limit_bytes:
+                self._exceeded(f"rank {rank}", tree, used)
+                return True
+        used = _resident(self._strays) + self._strays_held
+        if used > self.limit_bytes:
+            self._exceeded("processes the candidate started outside its ranks", self._strays, used)
+            return True
+        return False
+
+    def _exceeded(self, who: str, tree: list[psutil.Process], used: int) -> None:
+        message = (f"{who} used more than {self.limit_bytes / GIB:g} GiB of host memory ({used / GIB:.2f} GiB resident when "
+                   "the harness stopped it; the limit per rank is rank_memory_gib in the harness config)")
+        log.info("candidate over its memory limit", who=who, used_bytes=used, limit_bytes=self.limit_bytes)
+        self.on_exceeded(message)  # first: whoever sees the rank die must find the reason already there
+        for process in tree:
+            try:
+                process.kill()  # psutil refuses a pid that was reused since it was found
+            except psutil.Error:
+                pass
+
+
+def _resident(processes: list[psutil.Process]) -> int:
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    """A process's children from the kernel's own list of them (no scan of every process on the
+    host, which psutil would make); psutil's scan where the kernel keeps no such list."""
+    found: list[psutil.Process] = []
+    try:
+        tasks = os.listdir(f"/proc/{process.pid}/task")
+        pids = {int(pid) for task in tasks for pid in _read(f"/proc/{process.pid}/task/{task}/children").split()}
+    except (OSError, ValueError):
+        return process.children()
+    for pid in sorted(pids):
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return found
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    found: list[psutil.Process] = []
+    try:
+        pending = [psutil.Process(pid)]
+    except psutil.Error:
+        return found
+    while pending:
+        process = pending.pop()
+        try:
+            children = _children(process)
+        except psutil.Error:
+            continue
+        found += children
+        pending += children
+    return found
+
+
+def _read(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
+
+
+def _held_files(processes: list[psutil.Process]) -> int:
+    """Bytes of the memory files (memfd) that ``processes`` hold open, each file once."""
+    seen, total = set(), 0
+    for process in processes:
+        folder = f"/proc/{process.pid}/fd"
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = f"{folder}/{name}"
+            try:
+                if not os.readlink(path).startswith("/memfd:"):
+                    continue
+                found = os.stat(path)
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) not in seen:
+                seen.add((found.st_dev, found.st_ino))
+                total += found.st_blocks * 512
+    return total
+
+
+def _parent(process: psutil.Process) -> psutil.Process | None:
+    try:
+        return process.parent()
+    except psutil.Error:
+        return None
+
+
+def _is_rank_process(process: psutil.Process | None) -> bool:
+    if process is None:
+        return False
+    try:
+        return RANK_MARKER in process.cmdline()
+    except psutil.Error:
+        return False
+
+
+def _ancestors(ranks: list[psutil.Process]) -> set[int]:
+    found: set[int] = set()
+    for rank in ranks:
+        try:
+            found.update(p.pid for p in rank.parents())
+        except psutil.Error:
+            continue
+    return found

@@ -1,0 +1,119 @@
+"""A candidate rank's host memory is bounded (sandbox/harness/memory_watch.py): at a small limit
+a rank that allocates past it ends as ``crashed`` with a message that names it, the host keeps
+its memory, and an honest rank at the same limit is judged as usual (timed, so the watch runs
+through every stage)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from sandbox.evaluate import evaluate_in
+from sandbox.harness.memory_watch import MemoryWatch
+from tests import hostile_corpus as hc
+
+BALLOON = hc.load(hc.FIXTURES / "hostile" / "host_memory_balloon.py")
+HONEST = hc.load(hc.FIXTURES / "honest" / "all_reduce_no_memo.py")
+
+
+def test_a_rank_over_its_memory_limit_is_stopped_and_named(local_sandbox):
+    assert BALLOON.rank_memory_gib == 1
+    before = psutil.virtual_memory().available
+    report = evaluate_in(local_sandbox, BALLOON.source(), hc.config(BALLOON, 2))
+    assert report.status == "crashed", report.message
+    assert "used more than 1 GiB of host memory" in report.message and report.message.startswith("rank "), report.message
+    assert "rank_memory_gib" in report.message and report.speedup is None
+    assert psutil.virtual_memory().available > before - 2**30  # what it held was given back
+
+
+def test_an_honest_rank_at_the_same_limit_is_judged_correct(local_sandbox):
+    config = hc.config(HONEST, 2, rank_memory_gib=BALLOON.rank_memory_gib, timed=True)
+    report = evaluate_in(local_sandbox, HONEST.source(), config)
+    assert report.status == "correct", report.message
+    assert report.speedup is not None
+
+
+def test_default_limit_is_generous_and_fits_the_host():
+    config = hc.config(HONEST, 4)
+    limit = config.rank_memory_bytes()
+    assert limit <= 32 * 2**30 and limit * 4 <= psutil.virtual_memory().total
+    assert limit >= min(32 * 2**30, psutil.virtual_memory().total // 8)
+    assert hc.config(HONEST, 4, rank_memory_gib=2.5).rank_memory_bytes() == int(2.5 * 2**30)
+
+
+CHILD = """
+import os, sys, time
+
+
+def hoard():
+    held = [bytearray(32 * 2**20) for _ in range(40)]  # 1.25 GiB, zero-filled: resident
+    time.sleep(30)
+
+
+def hoard_in_a_memory_file():  # 1.25 GiB written to a memfd never mapped: resident in no process
+    fd = os.memfd_create("hoard")
+    chunk = b"z" * (32 * 2**20)
+    for _ in range(40):
+        os.write(fd, chunk)
+    time.sleep(30)
+
+
+if sys.argv[1] == "direct":
+    hoard()
+elif sys.argv[1] == "memfd":
+    hoard_in_a_memory_file()
+elif os.fork() == 0:  # the memory is held by a grandchild that left its parent: a stray of the tree
+    if os.fork() == 0:
+        hoard()
+    os._exit(0)
+else:
+    os.wait()
+    time.sleep(30)
+"""
+ROOT = """
+import ctypes, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as a jail's init: orphans stay in the tree
+subprocess.run([sys.executable, "-m", "sandbox.rank"], cwd=sys.argv[1])
+"""
+
+
+def _resident(process: psutil.Process) -> int:
+    try:
+        return process.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+@pytest.mark.parametrize("how", ["direct", "memfd", "fork"])
+def test_the_watch_stops_a_tree_over_the_limit(how, tmp_path):
+    """The watch on a plain process tree shaped as a jail's: root -> zygote (``-m sandbox.rank``)
+    -> one rank, whose memory is its own, in a memory file it holds, or that of a process that left it."""
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "sandbox" / "__init__.py").write_text("")
+    (tmp_path / "sandbox" / "rank.py").write_text(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {CHILD!r}, {how!r}])\n")
+    root = subprocess.Popen([sys.executable, "-c", ROOT, str(tmp_path)], start_new_session=True)
+    said: list[str] = []
+    done = threading.Event()
+    watch = MemoryWatch(root.pid, 1, 512 * 2**20, lambda message: (said.append(message), done.set())).start()
+    try:
+        assert done.wait(30), "the watch never stopped the tree"
+        who = "processes the candidate started outside its ranks" if how == "fork" else "rank 0"
+        assert said[0].startswith(f"{who} used more than 0.5 GiB of host memory"), said
+        time.sleep(0.5)
+        holders = [p for p in psutil.Process(root.pid).children(recursive=True) if _resident(p) > 256 * 2**20]
+        assert not holders, holders
+    finally:
+        watch.stop()
+        for process in psutil.Process(root.pid).children(recursive=True):
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        root.kill()
+        root.wait()

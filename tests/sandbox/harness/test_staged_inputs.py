@@ -1,0 +1,94 @@
+"""Inputs staged as the parent's own copies (sandbox/harness/staged_inputs.py, wire.shared_copy):
+a rank's writes land where the parent reads them, whatever the rank says; untouched inputs,
+inputs the reference itself updates, and in-place problems pass."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from sandbox.harness.calls import Call, Expected
+from sandbox.harness.staged_inputs import changed_inputs, check_inputs, close_copies, stage_copies
+from sandbox.harness.verdict import Verdict
+from sandbox.rank import wire
+
+
+def _blob(*tensors) -> int:
+    return wire.write_blob([{"T": i} for i in range(len(tensors))], list(tensors), name="inputs")
+
+
+def _expected(mutated=()) -> Expected:
+    return Expected(expected=[], outputs=1, mutated=list(mutated), shapes=[], dtypes=[], native_max_abs_err=[], native_rms_err=[])
+
+
+def _call(world: int, label: int = 7, mutated=()) -> Call:
+    call = Call(label=label, key=1, rng=2)
+    for rank in range(world):
+        call.inputs.append(_blob(torch.arange(1000, dtype=torch.float32) + rank, torch.ones(3, 4, dtype=torch.bfloat16)))
+        call.expected.append(_expected(mutated))
+    return call
+
+
+def _rank_tensors(fd: int) -> list:
+    """What a rank's server makes of a staged copy."""
+    with wire.Blob(fd, 2**30, shared=True) as blob:
+        return blob.tensors()
+
+
+def test_a_rank_writing_its_staged_input_is_seen_by_the_parent():
+    call = _call(world=2)
+    copies = stage_copies([call], 2)
+    try:
+        check_inputs([call], copies, in_place=False)  # untouched: the honest control
+        first, second = _rank_tensors(copies[1][0])
+        first[10:20] = -1.0  # rank 1 uses its input as scratch
+        [(index, differ, total)] = changed_inputs(call.inputs[1], copies[1][0], set())
+        assert index == 0 and 0 < differ <= 40 and total == 4000  # 10 floats rewritten (some of their bytes stay alike)
+        assert changed_inputs(call.inputs[0], copies[0][0], set()) == []
+        with pytest.raises(Verdict) as caught:
+            check_inputs([call], copies, in_place=False)
+        verdict = caught.value
+        assert verdict.status == "wrong"
+        assert verdict.message.startswith(f"rank 1 changed its input tensor 0 during call 7 ({differ} of 4000 bytes differ")
+        assert verdict.fields["mismatch"].kind == "input_modified" and verdict.fields["mismatch"].rank == 1
+        check_inputs([call], copies, in_place=True)  # a problem that lets solutions update their inputs
+    finally:
+        close_copies(copies)
+        call.close()
+
+
+def test_inputs_the_reference_updates_and_unchecked_calls_are_not_judged_here():
+    call = _call(world=1, mutated=[1])
+    copies = stage_copies([call], 1)
+    try:
+        _, second = _rank_tensors(copies[0][0])
+        second.add_(1)  # the reference updates input 1 itself: judged as an output, not here
+        check_inputs([call], copies, in_place=False)
+        call.expected[0] = None  # a timed call the parent does not check
+        first, _ = _rank_tensors(copies[0][0])
+        first.zero_()
+        check_inputs([call], copies, in_place=False)
+    finally:
+        close_copies(copies)
+        call.close()
+
+
+def test_a_staged_copy_cannot_be_resized_nor_pass_for_a_sealed_blob():
+    call = _call(world=1)
+    copies = stage_copies([call], 1)
+    try:
+        with pytest.raises(PermissionError):
+            os.ftruncate(copies[0][0], 64)  # a rank shrinking it under the parent's mapping (SIGBUS there) cannot
+        with pytest.raises(wire.WireError, match="not sealed against writes"):
+            wire.Blob(copies[0][0], 2**30)  # where a sealed blob is due, a writable copy is refused
+        with pytest.raises(wire.WireError, match="can be resized"):
+            plain = os.memfd_create("plain")
+            try:
+                wire.Blob(plain, 2**30, shared=True)
+            finally:
+                os.close(plain)
+    finally:
+        close_copies(copies)
+        call.close()
