@@ -34,7 +34,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from agent import budget as budgets
-from agent.control import LimitsExceeded, NonTerminating, ProviderFailed, Submitted, Terminating
+from agent.control import MAX_PROVIDER_FAILURES, LimitsExceeded, NonTerminating, ProviderFailed, Submitted, Terminating
 from agent.extract import extract_solution
 from agent.prompting import feedback_prompt, system_prompt, task_options, task_prompt
 from agent.providers import DeadlineExceeded, FatalProviderError, Message, Model, ModelResponse, ProviderError
@@ -44,7 +44,6 @@ from problems.contract import Problem
 from prompts import render
 from sandbox.report import EvalReport
 
-MAX_PROVIDER_FAILURES = 3
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 console_log = structlog.get_logger("agent.loop")
 
@@ -213,8 +212,7 @@ class Agent:
             self.trajectory.write_file("best/report.json", report.model_dump_json(indent=2))
 
     def _record(self, **fields: Any) -> None:
-        record = {"step": self.spend.steps, "tokens": self.spend.tokens, "cost_usd": self.spend.known_cost_usd,
-                  "wall_s": round(self.spend.wall_s, 1), **fields}
+        record = {**self.spend.progress(), **fields}
         self.records.append(record)
         self.on_step(record)
 
@@ -223,11 +221,7 @@ class Agent:
         self.trajectory.save(self.messages)
 
     def _stats(self) -> dict[str, Any]:
-        spend = self.spend
-        return {"model_stats": {"instance_cost": spend.cost_usd, "cost_known": spend.cost_known, "api_calls": spend.steps,
-                                "failed_calls": spend.failed_calls, "input_tokens": spend.input_tokens,
-                                "output_tokens": spend.output_tokens, "cached_input_tokens": spend.cached_input_tokens,
-                                "reasoning_tokens": spend.reasoning_tokens, "unknown_usage_calls": spend.unknown_usage_calls},
+        return {"model_stats": self.spend.model_stats(),
                 "best": self.best.model_dump(exclude={"source"}) if self.best else None, "steps": self.records,
                 "warnings": self.warnings}
 
@@ -253,11 +247,8 @@ class Agent:
             extra.update(exception_str=str(exception), exception_type=type(exception).__name__,
                          traceback="".join(traceback.format_exception(exception)))
         self.add("exit", summary, **extra)
-        stats = self._stats()
-        self.trajectory.info.update(exit_status=exit_status, submission=submission, **stats)
-        self.trajectory.save(self.messages)
-        self.trajectory.write_file("summary.json", json.dumps(
-            {"exit_status": exit_status, "message": summary, "wall_s": round(self.spend.wall_s, 2), **stats}, indent=2, default=str))
+        self.trajectory.save_final(self.messages, exit_status=exit_status, submission=submission, message=summary,
+                                   wall_s=self.spend.wall_s, **self._stats())
         self.log.info("run_finished", exit_status=exit_status, message=summary)
 
 

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from agent.bash.trajectory import MiniTrajectory
+from agent.trajectory import Trajectory
 from agent.providers import Message, ToolCall
-from agent.providers.replay import load_trajectory
+from agent.providers.replay import read_trajectory
 from sandbox.shell.runner import Output, _read_request
 
 
@@ -39,7 +39,7 @@ def conversation() -> list[Message]:
 
 
 def test_the_trajectory_is_mini_swe_agent_1_1_and_replays(tmp_path):
-    trajectory = MiniTrajectory(tmp_path, info={"config": {}})
+    trajectory = Trajectory(tmp_path, info={"config": {}})
     trajectory.info.update(exit_status="Submitted", submission="x")
     trajectory.save(conversation())
     data = json.loads((tmp_path / "trajectory.traj.json").read_text())
@@ -49,7 +49,7 @@ def test_the_trajectory_is_mini_swe_agent_1_1_and_replays(tmp_path):
     assert assistant["reasoning_content"] == "hmm" and assistant["extra"]["actions"][0]["command"] == "ls"
     assert tool == {"role": "tool", "content": "<returncode>0</returncode>", "tool_call_id": "call_1",
                     "extra": {"returncode": 0, "raw_output": "a"}}
-    replayed = load_trajectory(trajectory.path)
+    replayed, _ = read_trajectory(trajectory.path)
     assert replayed[0].tool_calls == [ToolCall(id="call_1", name="bash", arguments={"command": "ls"})]
 
 
@@ -59,7 +59,7 @@ def test_mini_swe_agents_inspector_reads_it(tmp_path, monkeypatch):
     inspector = pytest.importorskip("minisweagent.run.utilities.inspector")
     from minisweagent.models.utils.content_string import get_content_string
 
-    trajectory = MiniTrajectory(tmp_path, info={})
+    trajectory = Trajectory(tmp_path, info={})
     trajectory.save(conversation())
     messages = json.loads(trajectory.path.read_text())["messages"]
     steps = inspector._messages_to_steps(messages)

@@ -13,7 +13,6 @@ episode's verdict.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +21,7 @@ from agent import budget as budgets
 from agent.bash.actions import BASH_TOOL, Action, parse_actions
 from agent.bash.commands import KloopCommands
 from agent.bash.shell import CommandResult, Shell
-from agent.control import FormatError, NonTerminating, ProviderFailed, Submitted, Terminating
+from agent.control import MAX_PROVIDER_FAILURES, FormatError, NonTerminating, ProviderFailed, Submitted, Terminating
 from agent.prompting import task_options, task_prompt
 from agent.providers import Message, Model, ModelResponse, ProviderError
 from agent.run_config import RunConfig
@@ -31,7 +30,6 @@ from problems.contract import Problem
 from prompts import render
 from sandbox.report import EvalReport
 
-MAX_PROVIDER_FAILURES = 3
 MAX_FORMAT_ERRORS = 3
 
 
@@ -182,8 +180,7 @@ class BashAgent:
         self.log.info("judged", status=self.verdict.status, speedup=self.verdict.speedup)
 
     def _record(self, **fields: Any) -> None:
-        record = {"step": self.spend.steps, "tokens": self.spend.tokens, "cost_usd": self.spend.known_cost_usd,
-                  "wall_s": round(self.spend.wall_s, 1), **fields}
+        record = {**self.spend.progress(), **fields}
         self.records.append(record)
         self.on_step(record)
 
@@ -192,10 +189,7 @@ class BashAgent:
         if self.verdict is not None:
             verdict = {"status": self.verdict.status, "speedup": self.verdict.speedup, "message": self.verdict.message,
                        "report": "final/report.json"}
-        return {"model_stats": {"instance_cost": self.spend.known_cost_usd or 0.0, "api_calls": self.spend.steps,
-                                "input_tokens": self.spend.input_tokens, "output_tokens": self.spend.output_tokens,
-                                "cached_input_tokens": self.spend.cached_input_tokens, "reasoning_tokens": self.spend.reasoning_tokens,
-                                "cost_known": self.spend.cost_known},
+        return {"model_stats": self.spend.model_stats(),
                 "verdict": verdict, "commands": self.commands.reports, "steps": self.records}
 
     def _save(self) -> None:
@@ -213,9 +207,6 @@ class BashAgent:
             summary += "; nothing was submitted"
         self.add("exit", summary, exit_status=exit_status, submission=submission.source if submission else "",
                  submitted_file=submission.file if submission else None)
-        stats = self._stats()
-        self.trajectory.info.update(exit_status=exit_status, submission=submission.source if submission else "", **stats)
-        self.trajectory.save(self.messages)
-        self.trajectory.write_file("summary.json", json.dumps(
-            {"exit_status": exit_status, "message": summary, "wall_s": round(self.spend.wall_s, 2), **stats}, indent=2, default=str))
+        self.trajectory.save_final(self.messages, exit_status=exit_status, submission=submission.source if submission else "",
+                                   message=summary, wall_s=self.spend.wall_s, **self._stats())
         self.log.info("run_finished", exit_status=exit_status, message=summary)

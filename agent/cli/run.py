@@ -161,17 +161,14 @@ def ensure_topology() -> None:
 def run_bash(llm, problem, config) -> None:
     """``--mode bash``: the model works at a shell in the sandbox; its submission is judged at the end."""
     from agent.bash.episode import make_agent
-    from agent.bash.trajectory import MiniTrajectory
     from agent.render import step_line
-    from agent.trajectory import new_run_folder
+    from agent.trajectory import start_run
 
     if config.harness.device == "cuda":
         ensure_topology()
-    folder = new_run_folder(config.out, problem.name, config.model)
-    trajectory = MiniTrajectory(folder, info={"config": config.model_dump(mode="json")})
-    trajectory.write_file("config.json", config.model_dump_json(indent=2))
+    trajectory = start_run(config, problem.name)
     console.print(f"[bold]{config.problem}[/] with [bold]{config.model}[/], bash mode, world {config.harness.world} on "
-                  f"{config.harness.device}; run folder {folder}")
+                  f"{config.harness.device}; run folder {trajectory.folder}")
     with sandbox_errors():
         agent = make_agent(llm, problem, config, trajectory,
                            on_step=lambda record: console.print(step_line(record, config.budget.steps), highlight=False))
