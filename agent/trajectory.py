@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ import structlog
 
 from agent import __version__
 from agent.providers.base import Message, ToolCall
+from sandbox.atomic_file import atomic_write
 
 if TYPE_CHECKING:
     from agent.run_config import RunConfig
@@ -34,37 +33,6 @@ if TYPE_CHECKING:
 FORMAT = "mini-swe-agent-1.1"
 TRAJECTORY_NAME = "trajectory.traj.json"
 TRAJECTORY_NAMES = (TRAJECTORY_NAME, "trajectory.json")  # the second: runs written before the 1.1 format
-
-
-def _umask() -> int:
-    """This process's umask, read without changing it (``/proc``), else by setting it back."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader (or a crash) never sees half a file. The file
-    gets the mode a plain ``open(path, "w")`` would (0666 less the umask); text that UTF-8 cannot
-    carry (a lone surrogate from a model's JSON) is written as a backslash escape, never a crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), 0o666 & ~_umask())
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def new_run_folder(out: Path, problem: str, model: str) -> Path:
@@ -98,14 +66,14 @@ def start_run(config: RunConfig, problem_name: str, folder: Path | None = None, 
 
 
 def find_trajectory(path: Path) -> Path:
-    """The trajectory file of a run folder (or ``path`` itself when it is a file)."""
+    """The trajectory file of a run folder (``path/trajectory.traj.json`` when the folder holds
+    none yet), or ``path`` itself when it is not a folder."""
     if path.is_dir():
         for name in TRAJECTORY_NAMES:
             if (path / name).is_file():
                 return path / name
         found = sorted(path.glob("*.traj.json"))
-        if found:
-            return found[0]
+        return found[0] if found else path / TRAJECTORY_NAME
     return path
 
 

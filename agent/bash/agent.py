@@ -20,6 +20,7 @@ from typing import Any
 from agent import budget as budgets
 from agent.bash.actions import BASH_TOOL, Action, parse_actions
 from agent.bash.commands import KloopCommands
+from agent.bash.config import BashSettings
 from agent.bash.shell import CommandResult, Shell
 from agent.control import MAX_PROVIDER_FAILURES, FormatError, NonTerminating, ProviderFailed, Submitted, Terminating
 from agent.prompting import task_options, task_prompt
@@ -28,9 +29,25 @@ from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
 from problems.contract import Problem
 from prompts import render
+from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 
 MAX_FORMAT_ERRORS = 3
+
+
+def bash_task(problem: Problem, harness: HarnessConfig, steps: int, commands: KloopCommands, settings: BashSettings,
+              **context: Any) -> str:
+    """The task text of a shell episode (also the shell's ``TASK.md``): the problem, the checks the
+    commands offer on this machine, the limits of a command's time and output."""
+    return task_prompt(problem, harness, steps, template="bash/task", check_trials=settings.check_trials,
+                       check_devices=commands.devices(), check_worlds=commands.worlds(harness.device), final_trials=harness.trials,
+                       command_timeout_s=settings.command_timeout_s, output_limit_chars=settings.output_limit_chars, **context)
+
+
+def set_up_home(shell: Shell, problem: Problem, task: str) -> None:
+    """The shell's home folder as the episode starts: the public reference and the task."""
+    shell.write("reference.py", problem.reference_source)
+    shell.write("TASK.md", task)
 
 
 class RepeatedFormatError(Terminating):
@@ -147,16 +164,11 @@ class BashAgent:
 
     def _prepare(self) -> None:
         """The task in the conversation and in the shell's home folder."""
-        harness = self.config.harness
         context = {**task_options(self.problem, self.config.cheat_sheet, self.config.examples), **self.task_context}
-        task = task_prompt(self.problem, harness, self.config.budget.steps, template="bash/task", check_trials=self.settings.check_trials,
-                           check_devices=self.commands.devices(), check_worlds=self.commands.worlds(harness.device),
-                           final_trials=harness.trials, command_timeout_s=self.settings.command_timeout_s,
-                           output_limit_chars=self.settings.output_limit_chars, **context)
+        task = bash_task(self.problem, self.config.harness, self.config.budget.steps, self.commands, self.settings, **context)
         self.add("system", render("bash/system", tools=self.tools))
         self.add("user", task)
-        self.shell.write("reference.py", self.problem.reference_source)
-        self.shell.write("TASK.md", task)
+        set_up_home(self.shell, self.problem, task)
 
     def _feedback(self, control: NonTerminating) -> None:
         """A malformed answer: the feedback goes back as the result of each tool call it made (the

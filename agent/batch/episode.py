@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent.batch.config import BatchConfig, ModelEntry, Mode
+from agent.batch.config import BatchConfig, Mode, ModelEntry
 from agent.batch.episodes import Episode, EpisodeResult, StepPoint
 
 if TYPE_CHECKING:
