@@ -2,8 +2,6 @@
 mini-swe-agent): non-terminating ones become feedback to the model, terminating ones end the
 run with their exit status."""
 
-MAX_PROVIDER_FAILURES = 3  # failed model calls in a row that end a run (ProviderFailed)
-
 
 class AgentControl(Exception):
     def __init__(self, message: str = ""):

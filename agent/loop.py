@@ -24,28 +24,24 @@ Public shape (what ``agent.episode`` calls; batch runs and the service call ``ru
 from __future__ import annotations
 
 import json
-import re
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from pydantic import BaseModel, Field
 
 from agent import budget as budgets
-from agent.control import MAX_PROVIDER_FAILURES, LimitsExceeded, NonTerminating, ProviderFailed, Submitted, Terminating
+from agent.base_agent import BaseAgent, clean_text, console_log
+from agent.control import NonTerminating, Submitted, Terminating
 from agent.extract import extract_solution
 from agent.prompting import feedback_prompt, system_prompt, task_options, task_prompt
-from agent.providers import DeadlineExceeded, FatalProviderError, Message, Model, ModelResponse, ProviderError
+from agent.providers import Message, Model, ModelResponse
 from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
 from problems.contract import Problem
 from prompts import render
 from sandbox.report import EvalReport
-
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-console_log = structlog.get_logger("agent.loop")
 
 
 class BestSolution(BaseModel):
@@ -57,31 +53,17 @@ class BestSolution(BaseModel):
     source: str = Field(repr=False)
 
 
-def clean_text(text: str) -> str:
-    """``text`` with lone surrogates (a model's broken JSON escapes) replaced by U+FFFD, so that
-    files, the harness and the next request can carry it."""
-    return LONE_SURROGATE.sub("\ufffd", text)
-
-
-class Agent:
+class Agent(BaseAgent):
     def __init__(self, model: Model, problem: Problem, config: RunConfig, evaluate: Callable[[str, int], EvalReport],
                  trajectory: Trajectory, on_step: Callable[[dict[str, Any]], None] | None = None,
                  task_context: dict[str, Any] | None = None, on_progress: Callable[[dict[str, Any]], None] | None = None):
-        self.model, self.problem, self.config = model, problem, config
+        super().__init__(model, problem, config, trajectory, on_step, task_context)
         self.evaluate = evaluate
-        self.trajectory = trajectory
-        self.on_step = on_step or (lambda record: None)
         self.on_progress = on_progress
-        self.task_context = task_context or {}
-        self.messages: list[Message] = []
-        self.spend = budgets.Spend()
         self.best: BestSolution | None = None
-        self.records: list[dict[str, Any]] = []
         self.warnings: list[str] = []
-        self.provider_failures = 0
         self.seen: dict[str, tuple[int, str, str]] = {}  # solution source -> (step, status, message)
         self.finished = False
-        self.log: Any = console_log
 
     def run(self) -> str:
         """Run until a budget is spent or the run is done; returns the exit status. An uncaught
@@ -166,37 +148,13 @@ class Agent:
                  step=step, status="repeated", repeats=earlier, solution=f"steps/{step:03d}/solution.py")
 
     def query(self) -> ModelResponse:
-        deadline = self.spend.deadline(self.config.budget)
-        try:
-            response = self.model.complete([m for m in self.messages if m.role != "exit"], deadline=deadline,
-                                           progress=self.on_progress)
-        except DeadlineExceeded as error:
-            raise LimitsExceeded(f"wall-time budget of {self.config.budget.max_run_wall_s:g} s spent: {error}") from error
-        except FatalProviderError as error:  # a bad key or request fails the same way next time
-            self.spend.failed_calls += 1
-            self.log.error("provider_error", error=str(error), fatal=True)
-            self._record(status="provider_error", message=str(error)[:300])
-            raise ProviderFailed(str(error)) from error
-        except ProviderError as error:
-            self.spend.failed_calls += 1
-            self.provider_failures += 1
-            self.log.warning("provider_error", error=str(error))
-            self._record(status="provider_error", message=str(error)[:300])
-            if self.provider_failures >= MAX_PROVIDER_FAILURES:
-                raise ProviderFailed(f"the model provider failed {self.provider_failures} times in a row: {error}") from error
-            raise _Retry() from error
-        self.provider_failures = 0
-        response.text, response.refusal = clean_text(response.text), response.refusal and clean_text(response.refusal)
-        response.thinking = response.thinking and clean_text(response.thinking)
-        self.spend.add(response)  # only an answered call is a step
+        response = self.ask([m for m in self.messages if m.role != "exit"], progress=self.on_progress)
         step = self.spend.steps
         self.messages.append(response.to_message(
             step=step, finish_reason=response.finish_reason, usage=response.usage.model_dump(), cost=response.cost_usd or 0.0,
             cost_usd=response.cost_usd, model=response.model, latency_s=response.latency_s, attempts=response.attempts,
             streamed=response.streamed, timestamp=time.time()))
         self.trajectory.write_file(f"steps/{step:03d}/response.md", response_markdown(response))
-        self.log.info("model_response", step=step, finish_reason=response.finish_reason,
-                      **response.usage.model_dump(), cost_usd=response.cost_usd, latency_s=response.latency_s)
         if not response.usage.reported and self.spend.unknown_usage_calls == 1:
             self.warn(f"{self.config.model} answered without token usage: the tokens and cost of such calls are unknown"
                       + (" and the token/cost budget ends the run" if self.config.budget.max_run_cost_usd or
@@ -211,18 +169,8 @@ class Agent:
             self.trajectory.write_file("best/solution.py", source)
             self.trajectory.write_file("best/report.json", report.model_dump_json(indent=2))
 
-    def _record(self, **fields: Any) -> None:
-        record = {**self.spend.progress(), **fields}
-        self.records.append(record)
-        self.on_step(record)
-
-    def _save(self) -> None:
-        self.trajectory.info.update(self._stats())
-        self.trajectory.save(self.messages)
-
     def _stats(self) -> dict[str, Any]:
-        return {"model_stats": self.spend.model_stats(),
-                "best": self.best.model_dump(exclude={"source"}) if self.best else None, "steps": self.records,
+        return {**super()._stats(), "best": self.best.model_dump(exclude={"source"}) if self.best else None,
                 "warnings": self.warnings}
 
     def abort(self, error: BaseException) -> None:
@@ -262,6 +210,3 @@ def response_markdown(response: ModelResponse) -> str:
         parts.append(f"\n\n**Tool call** `{call.name}` (id {call.id}):\n\n```json\n{clean_text(arguments)}\n```")
     return "".join(parts)
 
-
-class _Retry(NonTerminating):
-    """A failed model call: nothing to tell the model; the next step asks again."""

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from agent import budget as budgets
+from agent.base_agent import BaseAgent
 from agent.bash.actions import BASH_TOOL, Action, parse_actions
 from agent.bash.commands import KloopCommands
 from agent.bash.config import BashSettings
 from agent.bash.shell import CommandResult, Shell
-from agent.control import MAX_PROVIDER_FAILURES, FormatError, NonTerminating, ProviderFailed, Submitted, Terminating
+from agent.control import FormatError, NonTerminating, Submitted, Terminating
 from agent.prompting import task_options, task_prompt
-from agent.providers import Message, Model, ModelResponse, ProviderError
+from agent.providers import Message, Model, ModelResponse
 from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
 from problems.contract import Problem
@@ -54,22 +55,17 @@ class RepeatedFormatError(Terminating):
     """The model's answers held no runnable command several times in a row."""
 
 
-class BashAgent:
+class BashAgent(BaseAgent):
     def __init__(self, model: Model, problem: Problem, config: RunConfig, shell: Shell, commands: KloopCommands,
                  trajectory: Trajectory, judge: Callable[[str], EvalReport],
                  on_step: Callable[[dict[str, Any]], None] | None = None, task_context: dict[str, Any] | None = None):
-        self.model, self.problem, self.config = model, problem, config
-        self.shell, self.commands, self.trajectory, self.judge = shell, commands, trajectory, judge
-        self.on_step = on_step or (lambda record: None)
-        self.task_context = task_context or {}
+        super().__init__(model, problem, config, trajectory, on_step, task_context)
+        self.shell, self.commands, self.judge = shell, commands, judge
         self.settings = config.bash
         self.tools = self.settings.actions != "text"
-        self.messages: list[Message] = []
-        self.spend = budgets.Spend()
-        self.records: list[dict[str, Any]] = []
         self.verdict: EvalReport | None = None
         self.exit_status = ""
-        self.provider_failures = self.format_errors = 0
+        self.format_errors = 0
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> str:
@@ -118,24 +114,11 @@ class BashAgent:
                                 ("" if result.returncode == 0 else f" (the command exited with {result.returncode})"))
 
     def query(self) -> ModelResponse:
-        try:
-            response = self.model.complete(self.messages, tools=[BASH_TOOL] if self.tools else None)
-        except ProviderError as error:
-            self.provider_failures += 1
-            self.spend.failed_calls += 1  # a call without an answer is not a step (Spend.add counts answered ones)
-            self.log.warning("provider_error", step=self.spend.steps + 1, error=str(error))
-            self._record(status="provider_error", message=str(error)[:300])
-            if self.provider_failures >= MAX_PROVIDER_FAILURES:
-                raise ProviderFailed(f"the model provider failed {self.provider_failures} times in a row: {error}") from error
-            raise NonTerminating("") from error
-        self.provider_failures = 0
-        self.spend.add(response)
+        response = self.ask(self.messages, tools=[BASH_TOOL] if self.tools else None)
         message = response.to_message(step=self.spend.steps, finish_reason=response.finish_reason, usage=response.usage.model_dump(),
                                       cost_usd=response.cost_usd, latency_s=response.latency_s, attempts=response.attempts,
                                       timestamp=time.time())
         self.messages.append(message)
-        self.log.info("model_response", step=self.spend.steps, finish_reason=response.finish_reason,
-                      **response.usage.model_dump(), cost_usd=response.cost_usd, latency_s=response.latency_s)
         return response
 
     def execute(self, action: Action) -> CommandResult:
@@ -191,22 +174,12 @@ class BashAgent:
         self.trajectory.write_file("final/report.json", self.verdict.model_dump_json(indent=2))
         self.log.info("judged", status=self.verdict.status, speedup=self.verdict.speedup)
 
-    def _record(self, **fields: Any) -> None:
-        record = {**self.spend.progress(), **fields}
-        self.records.append(record)
-        self.on_step(record)
-
     def _stats(self) -> dict[str, Any]:
         verdict = None
         if self.verdict is not None:
             verdict = {"status": self.verdict.status, "speedup": self.verdict.speedup, "message": self.verdict.message,
                        "report": "final/report.json"}
-        return {"model_stats": self.spend.model_stats(),
-                "verdict": verdict, "commands": self.commands.reports, "steps": self.records}
-
-    def _save(self) -> None:
-        self.trajectory.info.update(self._stats())
-        self.trajectory.save(self.messages)
+        return {**super()._stats(), "verdict": verdict, "commands": self.commands.reports}
 
     def _finish(self, exit_status: str, message: str) -> None:
         self.exit_status = exit_status
