@@ -6,6 +6,7 @@ cap on one call's output is a model option (``--max-output-tokens``, ``max_outpu
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from pydantic import AliasChoices, BaseModel, Field
 
@@ -61,6 +62,19 @@ class Spend(BaseModel):
     @property
     def wall_s(self) -> float:
         return time.monotonic() - self.started_at
+
+    def progress(self) -> dict[str, Any]:
+        """Where the run stands, as each step's record starts: step, tokens, cost (None when
+        unknown) and wall time."""
+        return {"step": self.steps, "tokens": self.tokens, "cost_usd": self.known_cost_usd, "wall_s": round(self.wall_s, 1)}
+
+    def model_stats(self) -> dict[str, Any]:
+        """The spend as a trajectory's ``info.model_stats`` (mini-swe-agent's ``instance_cost``
+        and ``api_calls``, with our token counts and whether the cost is known)."""
+        return {"instance_cost": self.cost_usd, "cost_known": self.cost_known, "api_calls": self.steps,
+                "failed_calls": self.failed_calls, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cached_input_tokens": self.cached_input_tokens, "reasoning_tokens": self.reasoning_tokens,
+                "unknown_usage_calls": self.unknown_usage_calls}
 
     def deadline(self, budget: Budget) -> float | None:
         """The ``time.monotonic()`` instant the run's wall-time budget ends (None: no budget)."""

@@ -51,7 +51,7 @@ class Episode:
                  on_step: Callable[[dict[str, Any]], None] | None = None,
                  on_progress: Callable[[dict[str, Any]], None] | None = None, folder: Path | None = None,
                  info: dict[str, Any] | None = None):
-        from agent.trajectory import Trajectory, new_run_folder
+        from agent.trajectory import start_run
         from problems import find_problem
 
         self.config = config
@@ -59,13 +59,8 @@ class Episode:
         self.model = model
         self.evaluate = evaluate
         self.on_step, self.on_progress = on_step, on_progress
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-        self.folder: Path = folder if folder is not None else new_run_folder(config.out, self.problem.name, config.model)
-        self.trajectory = Trajectory(self.folder, info={"config": config.model_dump(mode="json"), **(info or {})})
-        self.trajectory.info.update(exit_status="Started")
-        self.trajectory.save([])  # first: a run folder with a config.json always has a trajectory
-        self.trajectory.write_file("config.json", config.model_dump_json(indent=2))
+        self.trajectory = start_run(config, self.problem.name, folder, info)
+        self.folder: Path = self.trajectory.folder
         self.agent = None
         self._ended = False
 
@@ -118,7 +113,6 @@ class Episode:
             self.agent.abort(error)
             return
         self._ended = True
-        import json
         import time
         import traceback
 
@@ -129,9 +123,7 @@ class Episode:
         exit_message = Message(role="exit", content=f"{status}: {text}; the loop had not started", extra={
             "exit_status": status, "submission": "", "exception_str": str(error), "exception_type": type(error).__name__,
             "traceback": "".join(traceback.format_exception(error)), "timestamp": time.time()})
-        self.trajectory.info.update(exit_status=status, submission="")
-        self.trajectory.save([exit_message])
-        self.trajectory.write_file("summary.json", json.dumps({"exit_status": status, "message": exit_message.content}, indent=2))
+        self.trajectory.save_final([exit_message], exit_status=status, submission="", message=exit_message.content)
 
 
 def run_episode(config: RunConfig, **options: Any) -> EpisodeResult:

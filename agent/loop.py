@@ -24,29 +24,24 @@ Public shape (what ``agent.episode`` calls; batch runs and the service call ``ru
 from __future__ import annotations
 
 import json
-import re
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from pydantic import BaseModel, Field
 
 from agent import budget as budgets
-from agent.control import LimitsExceeded, NonTerminating, ProviderFailed, Submitted, Terminating
+from agent.base_agent import BaseAgent, clean_text, console_log
+from agent.control import NonTerminating, Submitted, Terminating
 from agent.extract import extract_solution
 from agent.prompting import feedback_prompt, system_prompt, task_options, task_prompt
-from agent.providers import DeadlineExceeded, FatalProviderError, Message, Model, ModelResponse, ProviderError
+from agent.providers import Message, Model, ModelResponse
 from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
 from problems.contract import Problem
 from prompts import render
 from sandbox.report import EvalReport
-
-MAX_PROVIDER_FAILURES = 3
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-console_log = structlog.get_logger("agent.loop")
 
 
 class BestSolution(BaseModel):
@@ -58,31 +53,17 @@ class BestSolution(BaseModel):
     source: str = Field(repr=False)
 
 
-def clean_text(text: str) -> str:
-    """``text`` with lone surrogates (a model's broken JSON escapes) replaced by U+FFFD, so that
-    files, the harness and the next request can carry it."""
-    return LONE_SURROGATE.sub("\ufffd", text)
-
-
-class Agent:
+class Agent(BaseAgent):
     def __init__(self, model: Model, problem: Problem, config: RunConfig, evaluate: Callable[[str, int], EvalReport],
                  trajectory: Trajectory, on_step: Callable[[dict[str, Any]], None] | None = None,
                  task_context: dict[str, Any] | None = None, on_progress: Callable[[dict[str, Any]], None] | None = None):
-        self.model, self.problem, self.config = model, problem, config
+        super().__init__(model, problem, config, trajectory, on_step, task_context)
         self.evaluate = evaluate
-        self.trajectory = trajectory
-        self.on_step = on_step or (lambda record: None)
         self.on_progress = on_progress
-        self.task_context = task_context or {}
-        self.messages: list[Message] = []
-        self.spend = budgets.Spend()
         self.best: BestSolution | None = None
-        self.records: list[dict[str, Any]] = []
         self.warnings: list[str] = []
-        self.provider_failures = 0
         self.seen: dict[str, tuple[int, str, str]] = {}  # solution source -> (step, status, message)
         self.finished = False
-        self.log: Any = console_log
 
     def run(self) -> str:
         """Run until a budget is spent or the run is done; returns the exit status. An uncaught
@@ -167,37 +148,13 @@ class Agent:
                  step=step, status="repeated", repeats=earlier, solution=f"steps/{step:03d}/solution.py")
 
     def query(self) -> ModelResponse:
-        deadline = self.spend.deadline(self.config.budget)
-        try:
-            response = self.model.complete([m for m in self.messages if m.role != "exit"], deadline=deadline,
-                                           progress=self.on_progress)
-        except DeadlineExceeded as error:
-            raise LimitsExceeded(f"wall-time budget of {self.config.budget.max_run_wall_s:g} s spent: {error}") from error
-        except FatalProviderError as error:  # a bad key or request fails the same way next time
-            self.spend.failed_calls += 1
-            self.log.error("provider_error", error=str(error), fatal=True)
-            self._record(status="provider_error", message=str(error)[:300])
-            raise ProviderFailed(str(error)) from error
-        except ProviderError as error:
-            self.spend.failed_calls += 1
-            self.provider_failures += 1
-            self.log.warning("provider_error", error=str(error))
-            self._record(status="provider_error", message=str(error)[:300])
-            if self.provider_failures >= MAX_PROVIDER_FAILURES:
-                raise ProviderFailed(f"the model provider failed {self.provider_failures} times in a row: {error}") from error
-            raise _Retry() from error
-        self.provider_failures = 0
-        response.text, response.refusal = clean_text(response.text), response.refusal and clean_text(response.refusal)
-        response.thinking = response.thinking and clean_text(response.thinking)
-        self.spend.add(response)  # only an answered call is a step
+        response = self.ask([m for m in self.messages if m.role != "exit"], progress=self.on_progress)
         step = self.spend.steps
         self.messages.append(response.to_message(
             step=step, finish_reason=response.finish_reason, usage=response.usage.model_dump(), cost=response.cost_usd or 0.0,
             cost_usd=response.cost_usd, model=response.model, latency_s=response.latency_s, attempts=response.attempts,
             streamed=response.streamed, timestamp=time.time()))
         self.trajectory.write_file(f"steps/{step:03d}/response.md", response_markdown(response))
-        self.log.info("model_response", step=step, finish_reason=response.finish_reason,
-                      **response.usage.model_dump(), cost_usd=response.cost_usd, latency_s=response.latency_s)
         if not response.usage.reported and self.spend.unknown_usage_calls == 1:
             self.warn(f"{self.config.model} answered without token usage: the tokens and cost of such calls are unknown"
                       + (" and the token/cost budget ends the run" if self.config.budget.max_run_cost_usd or
@@ -212,23 +169,8 @@ class Agent:
             self.trajectory.write_file("best/solution.py", source)
             self.trajectory.write_file("best/report.json", report.model_dump_json(indent=2))
 
-    def _record(self, **fields: Any) -> None:
-        record = {"step": self.spend.steps, "tokens": self.spend.tokens, "cost_usd": self.spend.known_cost_usd,
-                  "wall_s": round(self.spend.wall_s, 1), **fields}
-        self.records.append(record)
-        self.on_step(record)
-
-    def _save(self) -> None:
-        self.trajectory.info.update(self._stats())
-        self.trajectory.save(self.messages)
-
     def _stats(self) -> dict[str, Any]:
-        spend = self.spend
-        return {"model_stats": {"instance_cost": spend.cost_usd, "cost_known": spend.cost_known, "api_calls": spend.steps,
-                                "failed_calls": spend.failed_calls, "input_tokens": spend.input_tokens,
-                                "output_tokens": spend.output_tokens, "cached_input_tokens": spend.cached_input_tokens,
-                                "reasoning_tokens": spend.reasoning_tokens, "unknown_usage_calls": spend.unknown_usage_calls},
-                "best": self.best.model_dump(exclude={"source"}) if self.best else None, "steps": self.records,
+        return {**super()._stats(), "best": self.best.model_dump(exclude={"source"}) if self.best else None,
                 "warnings": self.warnings}
 
     def abort(self, error: BaseException) -> None:
@@ -253,11 +195,8 @@ class Agent:
             extra.update(exception_str=str(exception), exception_type=type(exception).__name__,
                          traceback="".join(traceback.format_exception(exception)))
         self.add("exit", summary, **extra)
-        stats = self._stats()
-        self.trajectory.info.update(exit_status=exit_status, submission=submission, **stats)
-        self.trajectory.save(self.messages)
-        self.trajectory.write_file("summary.json", json.dumps(
-            {"exit_status": exit_status, "message": summary, "wall_s": round(self.spend.wall_s, 2), **stats}, indent=2, default=str))
+        self.trajectory.save_final(self.messages, exit_status=exit_status, submission=submission, message=summary,
+                                   wall_s=self.spend.wall_s, **self._stats())
         self.log.info("run_finished", exit_status=exit_status, message=summary)
 
 
@@ -271,6 +210,3 @@ def response_markdown(response: ModelResponse) -> str:
         parts.append(f"\n\n**Tool call** `{call.name}` (id {call.id}):\n\n```json\n{clean_text(arguments)}\n```")
     return "".join(parts)
 
-
-class _Retry(NonTerminating):
-    """A failed model call: nothing to tell the model; the next step asks again."""

@@ -163,6 +163,12 @@ def step_line(record: dict[str, Any], steps: int) -> str:
             f"{record['wall_s']:>6.1f} s  {escape(inert(record.get('message', '')[:90]))}")
 
 
+def spend_line(model_calls: int, input_tokens: int, output_tokens: int, cost_usd: float | None, wall_s: float) -> str:
+    """What a run used, in one line, as ``kloop run`` ends."""
+    cost = f"${cost_usd:.3f}" if cost_usd is not None else "unknown (no price for this model, or no usage reported)"
+    return f"{model_calls} model calls, {input_tokens} input + {output_tokens} output tokens, cost {cost}, {wall_s:.0f} s"
+
+
 def problems_table(problems: list[Problem], rooflines: dict[str, ProblemRoofline | None], where: str) -> Table:
     table = Table(show_edge=False, title=f"roofline: default size at the largest declared world size, {where}", title_justify="left")
     for column in ("name", "category", "pattern", "world sizes", "dtype", "roofline ms", "origin"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from agent.bash.config import BashSettings
 from agent.budget import Budget
@@ -65,6 +65,12 @@ class SandboxSettings(BaseModel):
     gpus: str | None = Field(None, description="GPUs the evaluations may use, e.g. 0,1,2,3 (default: the first they need)")
     image: str | None = Field(None, description="sandbox image for --sandbox docker (default: kernel-loop-sandbox:latest)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_name(cls, value: Any) -> Any:
+        """A config may name just the backend (``sandbox: docker``)."""
+        return {"backend": value} if isinstance(value, str) else value
+
     def backend_options(self, harness: HarnessConfig) -> dict[str, Any]:
         """Keyword arguments for ``sandbox.backends.open_sandbox(self.backend, ...)``: ``gpus``
         limits which GPUs may be used; an evaluation takes as many as ``harness`` needs."""
@@ -105,11 +111,6 @@ class RunConfig(BaseModel):
     examples: bool = Field(True, description="show oracle solutions of other problems as in-context examples (where there are some)")
     cheat_sheet: bool = Field(True, description="include the multi-GPU cheat sheet in the task prompt (GPU runs); off for zero-shot runs")
     bash: BashSettings = Field(default_factory=BashSettings, description="the shell of mode bash")
-
-    @field_validator("sandbox", mode="before")
-    @classmethod
-    def _backend_name(cls, value: Any) -> Any:
-        return {"backend": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _single_is_one_step(self) -> RunConfig:

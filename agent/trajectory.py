@@ -14,54 +14,25 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from agent import __version__
 from agent.providers.base import Message, ToolCall
+from sandbox.atomic_file import atomic_write
+
+if TYPE_CHECKING:
+    from agent.run_config import RunConfig
 
 FORMAT = "mini-swe-agent-1.1"
 TRAJECTORY_NAME = "trajectory.traj.json"
 TRAJECTORY_NAMES = (TRAJECTORY_NAME, "trajectory.json")  # the second: runs written before the 1.1 format
-
-
-def _umask() -> int:
-    """This process's umask, read without changing it (``/proc``), else by setting it back."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader (or a crash) never sees half a file. The file
-    gets the mode a plain ``open(path, "w")`` would (0666 less the umask); text that UTF-8 cannot
-    carry (a lone surrogate from a model's JSON) is written as a backslash escape, never a crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), 0o666 & ~_umask())
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def new_run_folder(out: Path, problem: str, model: str) -> Path:
@@ -79,15 +50,30 @@ def new_run_folder(out: Path, problem: str, model: str) -> Path:
     raise FileExistsError(f"no free run folder name under {out} for {stamp}_{slug}")
 
 
+def start_run(config: RunConfig, problem_name: str, folder: Path | None = None, info: dict[str, Any] | None = None) -> Trajectory:
+    """A run's folder (``folder``, made if missing, or a new one under ``config.out``) with its
+    trajectory saved at once (exit status ``Started``) and its ``config.json``: a run folder with
+    a config always has a trajectory, however the run ends."""
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        folder = new_run_folder(config.out, problem_name, config.model)
+    trajectory = Trajectory(folder, info={"config": config.model_dump(mode="json"), **(info or {})})
+    trajectory.info.update(exit_status="Started")
+    trajectory.save([])
+    trajectory.write_file("config.json", config.model_dump_json(indent=2))
+    return trajectory
+
+
 def find_trajectory(path: Path) -> Path:
-    """The trajectory file of a run folder (or ``path`` itself when it is a file)."""
+    """The trajectory file of a run folder (``path/trajectory.traj.json`` when the folder holds
+    none yet), or ``path`` itself when it is not a folder."""
     if path.is_dir():
         for name in TRAJECTORY_NAMES:
             if (path / name).is_file():
                 return path / name
         found = sorted(path.glob("*.traj.json"))
-        if found:
-            return found[0]
+        return found[0] if found else path / TRAJECTORY_NAME
     return path
 
 
@@ -155,6 +141,9 @@ def message_from_record(record: dict[str, Any]) -> Message:
 
 
 class Trajectory:
+    """A run folder's trajectory (``trajectory.traj.json``), step files and event log; the loop
+    and bash mode write the same format through it."""
+
     def __init__(self, folder: Path, info: dict[str, Any]):
         self.folder = folder
         self.path = folder / TRAJECTORY_NAME
@@ -164,6 +153,17 @@ class Trajectory:
     def save(self, messages: list[Message]) -> None:
         data = {"info": self.info, "messages": [message_record(m) for m in messages], "trajectory_format": FORMAT}
         atomic_write(self.path, json.dumps(data, indent=2, default=str))
+
+    def save_final(self, messages: list[Message], *, exit_status: str, submission: str, message: str,
+                   wall_s: float | None = None, **stats: Any) -> None:
+        """The run's end: ``info`` with the exit and ``stats``, the trajectory saved, and
+        ``summary.json`` (exit status, message, wall time, stats)."""
+        self.info.update(exit_status=exit_status, submission=submission, **stats)
+        self.save(messages)
+        summary: dict[str, Any] = {"exit_status": exit_status, "message": message}
+        if wall_s is not None:
+            summary["wall_s"] = round(wall_s, 2)
+        self.write_file("summary.json", json.dumps({**summary, **stats}, indent=2, default=str))
 
     def write_file(self, relative: str, text: str) -> Path:
         """A file of the run (``steps/003/solution.py``, ``best/report.json``), written atomically."""

@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import logging
 
-ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT, ROOT / "benchmarks"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+import structlog
+from paths import ROOT  # noqa: F401 - re-exported; before the project imports: puts the repository on sys.path
+from table import print_table  # noqa: F401 - re-exported for the scripts
 
-import logging  # noqa: E402
-
-import structlog  # noqa: E402
-
-from problems import all_problems  # noqa: E402
-from sandbox.backends import LocalSandbox  # noqa: E402
-from sandbox.evaluate import evaluate_in  # noqa: E402
-from sandbox.harness.config import HarnessConfig  # noqa: E402
-from sandbox.report import EvalReport  # noqa: E402
-from table import print_table  # noqa: E402,F401 - re-exported for the scripts
-
+from problems import all_problems
+from sandbox.backends import LocalSandbox
+from sandbox.evaluate import evaluate_in
+from sandbox.harness.config import HarnessConfig
+from sandbox.report import EvalReport
 
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
-def evaluate(source: str, **config) -> EvalReport:
-    """One full evaluation in its own sandbox (a separate harness job)."""
+def evaluate(source: str, filename: str = "solution.py", **config) -> EvalReport:
+    """One full evaluation in its own sandbox (a separate harness job); ``config``: HarnessConfig's fields."""
     with LocalSandbox() as box:
-        return evaluate_in(box, source, HarnessConfig(**config))
+        return evaluate_in(box, source, HarnessConfig(**config), filename=filename)
 
 
 def problems_with_oracles(names: list[str] | None = None):

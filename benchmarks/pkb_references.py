@@ -20,11 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT, ROOT / "benchmarks"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-from table import print_table  # noqa: E402
+from paths import ROOT
+from table import print_table
 
 CLASSES = ("correct", "cannot run here", "too slow", "too big", "harness bug")
 TOO_BIG = ("out of memory", "OutOfMemoryError", "MemoryError", "can't allocate memory", "DefaultCPUAllocator", "Cannot allocate memory",
@@ -52,18 +49,16 @@ def classify(status: str, message: str, logs: str) -> tuple[str, str]:
 
 
 def evaluate(problem, source: str, args) -> tuple[dict, float]:
-    from sandbox.backends import LocalSandbox
-    from sandbox.evaluate import evaluate_in
-    from sandbox.harness.config import HarnessConfig, StageTimeouts
+    from common import evaluate as judge
+
+    from sandbox.harness.config import StageTimeouts
 
     stage = args.timeout_s
-    config = HarnessConfig(problem=problem.name, problem_ref=problem.ref, world=args.world, device=args.device, trials=args.trials,
-                           allow_nccl=True, timed=args.timed, profile=False, size=args.size,
-                           timeouts=StageTimeouts(startup_s=max(stage, 60.0), build_s=stage, correctness_s=stage, performance_s=stage,
-                                                  profile_s=stage))
     started = time.monotonic()
-    with LocalSandbox() as box:
-        report = evaluate_in(box, source, config, filename="reference_as_candidate.py")
+    report = judge(source, filename="reference_as_candidate.py", problem=problem.name, problem_ref=problem.ref, world=args.world,
+                   device=args.device, trials=args.trials, allow_nccl=True, timed=args.timed, profile=False, size=args.size,
+                   timeouts=StageTimeouts(startup_s=max(stage, 60.0), build_s=stage, correctness_s=stage, performance_s=stage,
+                                          profile_s=stage))
     return json.loads(report.model_dump_json()), time.monotonic() - started
 
 
@@ -82,11 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="skip the problems already in OUT/results.jsonl")
     args = parser.parse_args(argv)
 
-    import logging
+    import common  # noqa: F401 - quiets the project's logs
 
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     from problems.pkb import checkout_root, load_pkb_problem, problem_stems, resolve_stem
 
     root = checkout_root(args.pkb_root)

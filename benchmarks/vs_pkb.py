@@ -24,9 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from table import print_table  # noqa: E402
+from paths import ROOT
+from table import print_table
 
 GOALS = {"cold": 6.0, "warm": 20.0}
 
@@ -133,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for the JSON and the logs of every run")
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(ROOT))
     from problems.pkb import checkout_root, resolve_stem
 
     root = checkout_root(args.pkb_root)

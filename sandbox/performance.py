@@ -72,11 +72,6 @@ def summarize_activities(activities: list[DeviceActivity], iterations: int, wall
     return _summary(list(by_name.values()), iterations, busy_us(activities) if activities else None, wall_us_per_call, rank)
 
 
-def summarize_totals(rows: list[dict], iterations: int, wall_us_per_call: float | None = None, rank: int = 0) -> ProfileSummary:
-    """From per-name totals only (no timestamps): nothing is known about overlap, busy is unknown."""
-    return _summary([{**r, "kind": classify(r["name"])} for r in rows], iterations, None, wall_us_per_call, rank)
-
-
 def _summary(rows: list[dict], iterations: int, busy_total_us: float | None, wall_us_per_call: float | None, rank: int) -> ProfileSummary:
     iterations = max(iterations, 1)
     total = sum(r["total_us"] for r in rows) or 1.0

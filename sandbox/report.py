@@ -108,6 +108,13 @@ def inert(text: str) -> str:
                                   else f"\\u{ord(match.group(0)):04x}", text)
 
 
+def head_and_tail(head: str, tail: str, elided_chars: int) -> str:
+    """A cut text as shown: its head, a marker saying how many characters were left out, its tail."""
+    if not elided_chars:
+        return head
+    return f"{head}\n[... {elided_chars} characters elided ...]\n{tail}"
+
+
 class LogExcerpt(ReportModel):
     name: str
     head: str
@@ -123,9 +130,7 @@ class LogExcerpt(ReportModel):
         return cls(name=name, head=inert(text[:keep_chars]), tail=inert(text[-keep_chars:]), elided_chars=len(text) - 2 * keep_chars)
 
     def text(self) -> str:
-        if not self.elided_chars:
-            return self.head
-        return f"{self.head}\n[... {self.elided_chars} characters elided ...]\n{self.tail}"
+        return head_and_tail(self.head, self.tail, self.elided_chars)
 
 
 class Roofline(ReportModel):

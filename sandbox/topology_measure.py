@@ -15,7 +15,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import structlog
@@ -24,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from kloop_runtime import settings
 from kloop_runtime.settings import MULTICAST_OFF
 from sandbox import nvml
+from sandbox.atomic_file import atomic_write
 
 log = structlog.get_logger(__name__)
 
@@ -148,11 +148,7 @@ def measure_host(cache_root: Path | None = None, refresh: bool = False, transfer
         if cached is not None:
             return cached, False
     measurement = run_probe(inventory, key, transfer_mib, timeout_s)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(measurement.model_dump_json(indent=2))
-    os.replace(tmp, path)
+    atomic_write(path, measurement.model_dump_json(indent=2))
     log.info("topology measured", host=measurement.host, gpus=len(measurement.gpus), wall_s=measurement.wall_s, path=str(path))
     return measurement, True
 

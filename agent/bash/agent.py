@@ -13,48 +13,59 @@ episode's verdict.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from agent import budget as budgets
+from agent.base_agent import BaseAgent
 from agent.bash.actions import BASH_TOOL, Action, parse_actions
 from agent.bash.commands import KloopCommands
+from agent.bash.config import BashSettings
 from agent.bash.shell import CommandResult, Shell
-from agent.control import FormatError, NonTerminating, ProviderFailed, Submitted, Terminating
+from agent.control import FormatError, NonTerminating, Submitted, Terminating
 from agent.prompting import task_options, task_prompt
-from agent.providers import Message, Model, ModelResponse, ProviderError
+from agent.providers import Message, Model, ModelResponse
 from agent.run_config import RunConfig
 from agent.trajectory import Trajectory
 from problems.contract import Problem
 from prompts import render
+from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 
-MAX_PROVIDER_FAILURES = 3
 MAX_FORMAT_ERRORS = 3
+
+
+def bash_task(problem: Problem, harness: HarnessConfig, steps: int, commands: KloopCommands, settings: BashSettings,
+              **context: Any) -> str:
+    """The task text of a shell episode (also the shell's ``TASK.md``): the problem, the checks the
+    commands offer on this machine, the limits of a command's time and output."""
+    return task_prompt(problem, harness, steps, template="bash/task", check_trials=settings.check_trials,
+                       check_devices=commands.devices(), check_worlds=commands.worlds(harness.device), final_trials=harness.trials,
+                       command_timeout_s=settings.command_timeout_s, output_limit_chars=settings.output_limit_chars, **context)
+
+
+def set_up_home(shell: Shell, problem: Problem, task: str) -> None:
+    """The shell's home folder as the episode starts: the public reference and the task."""
+    shell.write("reference.py", problem.reference_source)
+    shell.write("TASK.md", task)
 
 
 class RepeatedFormatError(Terminating):
     """The model's answers held no runnable command several times in a row."""
 
 
-class BashAgent:
+class BashAgent(BaseAgent):
     def __init__(self, model: Model, problem: Problem, config: RunConfig, shell: Shell, commands: KloopCommands,
                  trajectory: Trajectory, judge: Callable[[str], EvalReport],
                  on_step: Callable[[dict[str, Any]], None] | None = None, task_context: dict[str, Any] | None = None):
-        self.model, self.problem, self.config = model, problem, config
-        self.shell, self.commands, self.trajectory, self.judge = shell, commands, trajectory, judge
-        self.on_step = on_step or (lambda record: None)
-        self.task_context = task_context or {}
+        super().__init__(model, problem, config, trajectory, on_step, task_context)
+        self.shell, self.commands, self.judge = shell, commands, judge
         self.settings = config.bash
         self.tools = self.settings.actions != "text"
-        self.messages: list[Message] = []
-        self.spend = budgets.Spend()
-        self.records: list[dict[str, Any]] = []
         self.verdict: EvalReport | None = None
         self.exit_status = ""
-        self.provider_failures = self.format_errors = 0
+        self.format_errors = 0
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> str:
@@ -103,24 +114,11 @@ class BashAgent:
                                 ("" if result.returncode == 0 else f" (the command exited with {result.returncode})"))
 
     def query(self) -> ModelResponse:
-        try:
-            response = self.model.complete(self.messages, tools=[BASH_TOOL] if self.tools else None)
-        except ProviderError as error:
-            self.provider_failures += 1
-            self.spend.failed_calls += 1  # a call without an answer is not a step (Spend.add counts answered ones)
-            self.log.warning("provider_error", step=self.spend.steps + 1, error=str(error))
-            self._record(status="provider_error", message=str(error)[:300])
-            if self.provider_failures >= MAX_PROVIDER_FAILURES:
-                raise ProviderFailed(f"the model provider failed {self.provider_failures} times in a row: {error}") from error
-            raise NonTerminating("") from error
-        self.provider_failures = 0
-        self.spend.add(response)
+        response = self.ask(self.messages, tools=[BASH_TOOL] if self.tools else None)
         message = response.to_message(step=self.spend.steps, finish_reason=response.finish_reason, usage=response.usage.model_dump(),
                                       cost_usd=response.cost_usd, latency_s=response.latency_s, attempts=response.attempts,
                                       timestamp=time.time())
         self.messages.append(message)
-        self.log.info("model_response", step=self.spend.steps, finish_reason=response.finish_reason,
-                      **response.usage.model_dump(), cost_usd=response.cost_usd, latency_s=response.latency_s)
         return response
 
     def execute(self, action: Action) -> CommandResult:
@@ -149,16 +147,11 @@ class BashAgent:
 
     def _prepare(self) -> None:
         """The task in the conversation and in the shell's home folder."""
-        harness = self.config.harness
         context = {**task_options(self.problem, self.config.cheat_sheet, self.config.examples), **self.task_context}
-        task = task_prompt(self.problem, harness, self.config.budget.steps, template="bash/task", check_trials=self.settings.check_trials,
-                           check_devices=self.commands.devices(), check_worlds=self.commands.worlds(harness.device),
-                           final_trials=harness.trials, command_timeout_s=self.settings.command_timeout_s,
-                           output_limit_chars=self.settings.output_limit_chars, **context)
+        task = bash_task(self.problem, self.config.harness, self.config.budget.steps, self.commands, self.settings, **context)
         self.add("system", render("bash/system", tools=self.tools))
         self.add("user", task)
-        self.shell.write("reference.py", self.problem.reference_source)
-        self.shell.write("TASK.md", task)
+        set_up_home(self.shell, self.problem, task)
 
     def _feedback(self, control: NonTerminating) -> None:
         """A malformed answer: the feedback goes back as the result of each tool call it made (the
@@ -181,26 +174,12 @@ class BashAgent:
         self.trajectory.write_file("final/report.json", self.verdict.model_dump_json(indent=2))
         self.log.info("judged", status=self.verdict.status, speedup=self.verdict.speedup)
 
-    def _record(self, **fields: Any) -> None:
-        record = {"step": self.spend.steps, "tokens": self.spend.tokens, "cost_usd": self.spend.known_cost_usd,
-                  "wall_s": round(self.spend.wall_s, 1), **fields}
-        self.records.append(record)
-        self.on_step(record)
-
     def _stats(self) -> dict[str, Any]:
         verdict = None
         if self.verdict is not None:
             verdict = {"status": self.verdict.status, "speedup": self.verdict.speedup, "message": self.verdict.message,
                        "report": "final/report.json"}
-        return {"model_stats": {"instance_cost": self.spend.known_cost_usd or 0.0, "api_calls": self.spend.steps,
-                                "input_tokens": self.spend.input_tokens, "output_tokens": self.spend.output_tokens,
-                                "cached_input_tokens": self.spend.cached_input_tokens, "reasoning_tokens": self.spend.reasoning_tokens,
-                                "cost_known": self.spend.cost_known},
-                "verdict": verdict, "commands": self.commands.reports, "steps": self.records}
-
-    def _save(self) -> None:
-        self.trajectory.info.update(self._stats())
-        self.trajectory.save(self.messages)
+        return {**super()._stats(), "verdict": verdict, "commands": self.commands.reports}
 
     def _finish(self, exit_status: str, message: str) -> None:
         self.exit_status = exit_status
@@ -213,9 +192,6 @@ class BashAgent:
             summary += "; nothing was submitted"
         self.add("exit", summary, exit_status=exit_status, submission=submission.source if submission else "",
                  submitted_file=submission.file if submission else None)
-        stats = self._stats()
-        self.trajectory.info.update(exit_status=exit_status, submission=submission.source if submission else "", **stats)
-        self.trajectory.save(self.messages)
-        self.trajectory.write_file("summary.json", json.dumps(
-            {"exit_status": exit_status, "message": summary, "wall_s": round(self.spend.wall_s, 2), **stats}, indent=2, default=str))
+        self.trajectory.save_final(self.messages, exit_status=exit_status, submission=submission.source if submission else "",
+                                   message=summary, wall_s=self.spend.wall_s, **self._stats())
         self.log.info("run_finished", exit_status=exit_status, message=summary)

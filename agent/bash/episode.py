@@ -4,8 +4,8 @@
     agent.exit_status, agent.verdict, agent.spend, agent.messages
 
 ``config`` is a RunConfig with ``mode="bash"`` (its ``bash`` settings, budget, harness orders
-and sandbox settings); ``trajectory`` a MiniTrajectory (agent.bash.trajectory) of the run
-folder. The shell's sandbox is made here and closed before the submission is judged in a
+and sandbox settings); ``trajectory`` the run folder's Trajectory (agent.trajectory, the
+loop's format). The shell's sandbox is made here and closed before the submission is judged in a
 fresh one (full harness, hidden seeds), so the two never hold GPUs at the same time.
 """
 

@@ -27,10 +27,10 @@ from typing import Any
 from minisweagent.exceptions import Submitted
 from pydantic import BaseModel, Field
 
+from agent.bash.agent import bash_task, set_up_home
 from agent.bash.commands import Submission
 from agent.bash.config import BashSettings
 from agent.bash.episode import make_shell
-from agent.prompting import task_prompt
 from agent.run_config import RunConfig, SandboxSettings, harness_config
 from sandbox.harness.config import DeviceMode
 from sandbox.report import EvalReport
@@ -70,14 +70,11 @@ class KloopEnvironment:
         self.settings = BashSettings(actions="tools", command_timeout_s=c.timeout, output_limit_chars=c.output_limit_chars,
                                      check_trials=c.check_trials)
         self.shell, self.commands = make_shell(self.problem, self.harness, self.sandbox, self.settings)
-        self.task = task_prompt(self.problem, self.harness, c.steps, template="bash/task", check_trials=c.check_trials,
-                                check_devices=self.commands.devices(), check_worlds=self.commands.worlds(c.device),
-                                final_trials=c.trials, command_timeout_s=c.timeout, output_limit_chars=c.output_limit_chars)
+        self.task = bash_task(self.problem, self.harness, c.steps, self.commands, self.settings)
         self.commands.__enter__()
         self.shell.__enter__()
         self._open = True
-        self.shell.write("reference.py", self.problem.reference_source)
-        self.shell.write("TASK.md", self.task)
+        set_up_home(self.shell, self.problem, self.task)
 
     @property
     def submission(self) -> Submission | None:

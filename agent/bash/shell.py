@@ -21,6 +21,7 @@ import structlog
 from pydantic import BaseModel
 
 from sandbox.backends import Sandbox, SandboxError
+from sandbox.report import head_and_tail
 
 log = structlog.get_logger(__name__)
 
@@ -50,9 +51,7 @@ class CommandResult(BaseModel):
     @property
     def output(self) -> str:
         """The output as shown: head, a marker for what was left out, tail."""
-        if not self.elided_chars:
-            return self.head
-        return f"{self.head}\n[... {self.elided_chars} characters elided ...]\n{self.tail}"
+        return head_and_tail(self.head, self.tail, self.elided_chars)
 
 
 class Shell:

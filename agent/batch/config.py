@@ -127,11 +127,6 @@ class BatchConfig(BaseModel):
     def _one_problem_is_a_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-    @field_validator("sandbox", mode="before")
-    @classmethod
-    def _backend_name(cls, value: Any) -> Any:
-        return {"backend": value} if isinstance(value, str) else value
-
     @field_validator("concurrency")
     @classmethod
     def _positive(cls, value: dict[str, int]) -> dict[str, int]:

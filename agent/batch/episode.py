@@ -19,12 +19,16 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent.batch.config import BatchConfig, ModelEntry, Mode
+from agent.batch.config import BatchConfig, Mode, ModelEntry
 from agent.batch.episodes import Episode, EpisodeResult, StepPoint
+
+if TYPE_CHECKING:
+    from agent.run_config import RunConfig
+    from problems.contract import Problem
 
 log = structlog.get_logger(__name__)
 
@@ -105,14 +109,12 @@ class _Judged:
     harness_failures: list[str] = field(default_factory=list)
 
 
-def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
-    """``loop`` and ``single``: one episode through the loop's public entry (``agent.episode.Episode``),
-    judged in one sandbox for the whole episode (or by ``ctx.evaluate`` where the executor judges)."""
+def _prepare(ctx: EpisodeContext, mode: str) -> tuple[Problem, Any, RunConfig]:
+    """The episode's problem, its model (behind the provider's gate) and its RunConfig in
+    ``mode`` (harness on the episode's seed, sandbox on the GPUs it holds)."""
     from agent.budget import Budget
-    from agent.episode import Episode
     from agent.providers import make_model
     from agent.run_config import RunConfig, harness_config
-    from agent.session import EvaluationSession
     from problems import find_problem
 
     config, episode, entry = ctx.config, ctx.episode, ctx.entry
@@ -124,11 +126,22 @@ def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
     model = make_model(entry.spec, problem=problem, **entry.options)
     if ctx.gate is not None:
         model = GatedModel(model, ctx.gate)
-    single = config.mode is Mode.single or entry.is_baseline  # a baseline's answer never changes: one step
-    run_config = RunConfig(problem=episode.selector, model=entry.spec, model_options=entry.options, mode="single" if single else "loop",
-                           budget=Budget(steps=1 if single else config.steps, **config.budget), target_speedup=config.target_speedup,
-                           harness=harness, sandbox=sandbox, out=ctx.run_dir.parent, examples=config.examples,
-                           cheat_sheet=config.cheat_sheet, pkb_root=config.pkb_root)
+    run_config = RunConfig(problem=episode.selector, model=entry.spec, model_options=entry.options, mode=mode,
+                           budget=Budget(steps=1 if mode == "single" else config.steps, **config.budget),
+                           target_speedup=config.target_speedup, harness=harness, sandbox=sandbox, out=ctx.run_dir.parent,
+                           examples=config.examples, cheat_sheet=config.cheat_sheet, pkb_root=config.pkb_root)
+    return problem, model, run_config
+
+
+def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
+    """``loop`` and ``single``: one episode through the loop's public entry (``agent.episode.Episode``),
+    judged in one sandbox for the whole episode (or by ``ctx.evaluate`` where the executor judges)."""
+    from agent.episode import Episode
+    from agent.session import EvaluationSession
+
+    single = ctx.config.mode is Mode.single or ctx.entry.is_baseline  # a baseline's answer never changes: one step
+    _, model, run_config = _prepare(ctx, "single" if single else "loop")
+    episode, harness, sandbox = ctx.episode, run_config.harness, run_config.sandbox
     judged = _Judged()
     records: list[dict[str, Any]] = []
 
@@ -181,28 +194,12 @@ def run_bash_episode(ctx: EpisodeContext) -> EpisodeResult:
     """``bash``: the model at a shell in the sandbox (``agent.bash``); the episode's verdict is the
     full judge's on its submission. A baseline answers as in the loop (one step)."""
     from agent.bash.episode import run_episode as run_bash
-    from agent.bash.trajectory import MiniTrajectory
-    from agent.budget import Budget
-    from agent.providers import make_model
-    from agent.run_config import RunConfig, harness_config
-    from problems import find_problem
+    from agent.trajectory import start_run
 
-    config, episode, entry = ctx.config, ctx.episode, ctx.entry
-    if entry.is_baseline:
+    if ctx.entry.is_baseline:
         return run_agent_episode(ctx)
-    problem = find_problem(episode.selector, config.pkb_root)
-    allow_nccl = config.allow_nccl if entry.allow_nccl is None else entry.allow_nccl
-    harness = harness_config(problem, world=config.world, device=config.device, size=config.size, trials=config.trials,
-                             timed=config.timed, allow_nccl=allow_nccl, seed=episode.seed)
-    sandbox = config.sandbox.model_copy(update={"gpus": ",".join(ctx.gpus)}) if ctx.gpus else config.sandbox
-    model = make_model(entry.spec, problem=problem, **entry.options)
-    if ctx.gate is not None:
-        model = GatedModel(model, ctx.gate)
-    run_config = RunConfig(problem=episode.selector, model=entry.spec, model_options=entry.options, mode="bash",
-                           budget=Budget(steps=config.steps, **config.budget), target_speedup=config.target_speedup,
-                           harness=harness, sandbox=sandbox, out=ctx.run_dir.parent, pkb_root=config.pkb_root)
-    ctx.run_dir.mkdir(parents=True, exist_ok=True)
-    trajectory = MiniTrajectory(ctx.run_dir, info={"config": run_config.model_dump(mode="json"), "batch_episode": episode.id})
+    problem, model, run_config = _prepare(ctx, "bash")
+    trajectory = start_run(run_config, problem.name, ctx.run_dir, info={"batch_episode": ctx.episode.id})
     agent = run_bash(model, problem, run_config, trajectory)
     spend, verdict = agent.spend, agent.verdict
     points = [StepPoint(step=r["step"], status=str(r.get("status", "command")), speedup=r.get("speedup")) for r in agent.records]

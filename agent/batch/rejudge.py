@@ -20,7 +20,7 @@ from agent.batch.episodes import EpisodeResult, StepPoint
 from agent.batch.metrics import overlaps
 from agent.batch.store import RESULTS, load_results
 from agent.errors import UserError
-from agent.trajectory import atomic_write
+from sandbox.atomic_file import atomic_write
 
 log = structlog.get_logger(__name__)
 

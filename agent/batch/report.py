@@ -11,7 +11,7 @@ from typing import Any
 from agent.batch.episodes import EpisodeResult
 from agent.batch.metrics import BOOTSTRAP, summarize
 from agent.batch.store import load_results
-from agent.trajectory import atomic_write
+from sandbox.atomic_file import atomic_write
 
 
 def folder_samples(folder: Path) -> int | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.batch import svg
 from agent.batch.episodes import EpisodeResult
-from agent.trajectory import TRAJECTORY_NAMES
+from agent.trajectory import find_trajectory
 
 CSS = """
 body{font-family:"DejaVu Sans",Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1250px}
@@ -119,7 +119,7 @@ def episodes_html(results: list[tuple[Path, EpisodeResult]], html_dir: Path) -> 
         link = "-"
         if r.run_dir:
             run = folder / r.run_dir
-            trajectory = next((run / name for name in TRAJECTORY_NAMES if (run / name).exists()), run / TRAJECTORY_NAMES[0])
+            trajectory = find_trajectory(run)
             target = os.path.relpath(trajectory, html_dir)
             best = os.path.relpath(run / "best" / "solution.py", html_dir)
             link = f'<a href="{escape(target)}">trajectory</a>' + (f' <a href="{escape(best)}">best</a>' if r.correct else "")

@@ -4,7 +4,6 @@ times); the summary written at the end. Running it again resumes."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -28,7 +28,7 @@ import structlog
 from agent.batch.config import BatchConfig
 from agent.batch.episodes import EpisodeResult
 from agent.errors import UserError
-from agent.trajectory import atomic_write
+from sandbox.atomic_file import atomic_write
 
 log = structlog.get_logger(__name__)
 

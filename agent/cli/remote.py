@@ -77,7 +77,7 @@ def remote_eval(server: str, body: dict[str, Any], filename: str, as_json: bool)
 
 
 def remote_run(server: str, body: dict[str, Any]) -> None:
-    from agent.render import step_line
+    from agent.render import spend_line, step_line
     from service.client import ServiceClient
 
     steps = body["steps"] if body["mode"] == "loop" else 1
@@ -97,11 +97,10 @@ def remote_run(server: str, body: dict[str, Any]) -> None:
     _ended_badly(job)
     summary = job.get("result") or {}
     stats = summary.get("model_stats") or {}
-    cost = stats.get("instance_cost")
+    cost = stats.get("instance_cost") if stats.get("cost_known", True) else None
     console.print(f"\n[bold]{summary.get('exit_status', job['status'])}[/]: {summary.get('message', job.get('error') or '')}")
-    console.print(f"{stats.get('api_calls', 0)} model calls, {stats.get('input_tokens', 0)} input + {stats.get('output_tokens', 0)} "
-                  f"output tokens, cost {f'${cost:.3f}' if cost is not None else 'unknown (no price for this model)'}, "
-                  f"{summary.get('wall_s') or 0:.0f} s")
+    console.print(spend_line(stats.get("api_calls", 0), stats.get("input_tokens", 0), stats.get("output_tokens", 0), cost,
+                             summary.get("wall_s") or 0))
     if job["status"] != "done":
         console.print(f"job {job_id} {job['status']}: {job.get('error') or ''}", highlight=False)
     console.print(f"trajectory: {server.rstrip('/')}/v1/runs/{job_id}/trajectory")

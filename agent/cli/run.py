@@ -49,28 +49,25 @@ def command(
     sandbox: SandboxSettings,
 ) -> None:
     """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
+    options = parse_model_options(model_option)
+    if max_output_tokens is not None:
+        options["max_output_tokens"] = max_output_tokens
     if server:
         from agent.cli.remote import remote_run, server_decides
 
         server_decides(sandbox, pkb_root, out=out)
-        options = parse_model_options(model_option)
-        if max_output_tokens is not None:
-            options["max_output_tokens"] = max_output_tokens
         remote_run(server, {"problem": problem_name, "model": model, "options": options, "mode": mode.value,
                             "steps": budget.steps, "budgets": budget.model_dump(exclude={"steps"}), "target_speedup": target_speedup,
                             "world": world, "device": device.value, "size": size, "trials": trials, "allow_nccl": allow_nccl,
                             "examples": examples, "cheat_sheet": cheat_sheet})
     from agent.episode import Episode
-    from agent.render import step_line
+    from agent.render import spend_line, step_line
     from agent.run_config import RunConfig, check_host_gpus, harness_config
     from agent.session import EvaluationSession
 
     problem = load_problem(problem_name, pkb_root)
     harness = harness_config(problem, world=world, device=device.value, size=size, trials=trials, allow_nccl=allow_nccl)
     check_host_gpus(harness)
-    options = parse_model_options(model_option)
-    if max_output_tokens is not None:
-        options["max_output_tokens"] = max_output_tokens
     if model.strip() == "baseline:reference" and not allow_nccl:
         raise UserError("baseline:reference answers with the reference itself, which calls NCCL: add --allow-nccl")
     llm = build_model(model, options, problem)
@@ -109,10 +106,8 @@ def command(
         errors.print(f"[bold red]error:[/] uncaught {type(error).__name__}: {error}; the trajectory records it with its traceback: "
                      f"{episode.trajectory_path}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    cost = f"${result.cost_usd:.3f}" if result.cost_usd is not None else "unknown (no price for this model, or no usage reported)"
     console.print(f"\n[bold]{result.exit_status}[/]: {result.message.removeprefix(result.exit_status + ': ')}", highlight=False)
-    console.print(f"{result.steps} model calls, {result.input_tokens} input + {result.output_tokens} output tokens, cost {cost}, "
-                  f"{result.wall_s:.0f} s")
+    console.print(spend_line(result.steps, result.input_tokens, result.output_tokens, result.cost_usd, result.wall_s))
     for warning in result.warnings:
         errors.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     if result.best_solution_path:
@@ -161,27 +156,22 @@ def ensure_topology() -> None:
 def run_bash(llm, problem, config) -> None:
     """``--mode bash``: the model works at a shell in the sandbox; its submission is judged at the end."""
     from agent.bash.episode import make_agent
-    from agent.bash.trajectory import MiniTrajectory
-    from agent.render import step_line
-    from agent.trajectory import new_run_folder
+    from agent.render import spend_line, step_line
+    from agent.trajectory import start_run
 
     if config.harness.device == "cuda":
         ensure_topology()
-    folder = new_run_folder(config.out, problem.name, config.model)
-    trajectory = MiniTrajectory(folder, info={"config": config.model_dump(mode="json")})
-    trajectory.write_file("config.json", config.model_dump_json(indent=2))
+    trajectory = start_run(config, problem.name)
     console.print(f"[bold]{config.problem}[/] with [bold]{config.model}[/], bash mode, world {config.harness.world} on "
-                  f"{config.harness.device}; run folder {folder}")
+                  f"{config.harness.device}; run folder {trajectory.folder}")
     with sandbox_errors():
         agent = make_agent(llm, problem, config, trajectory,
                            on_step=lambda record: console.print(step_line(record, config.budget.steps), highlight=False))
         with console.status("working (model call, then the command)...", spinner="dots"):
             exit_status = agent.run()
     spend = agent.spend
-    cost = f"${spend.known_cost_usd:.3f}" if spend.known_cost_usd is not None else "unknown (no price for this model)"
     console.print(f"\n[bold]{exit_status}[/]: {agent.messages[-1].content}")
-    console.print(f"{spend.steps} model calls, {spend.input_tokens} input + {spend.output_tokens} output tokens, cost {cost}, "
-                  f"{spend.wall_s:.0f} s")
+    console.print(spend_line(spend.steps, spend.input_tokens, spend.output_tokens, spend.known_cost_usd, spend.wall_s))
     if agent.verdict is not None:
         from agent.render import print_report
 

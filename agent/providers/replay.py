@@ -18,11 +18,6 @@ from agent.providers.base import FatalProviderError, ModelResponse
 from agent.providers.scripted import CannedModel
 
 
-def load_trajectory(path: Path) -> list[ModelResponse]:
-    """The assistant answers of a trajectory."""
-    return read_trajectory(path)[0]
-
-
 def read_trajectory(path: Path) -> tuple[list[ModelResponse], dict[str, Any]]:
     """The assistant answers of a trajectory, and its ``info``."""
     from agent.trajectory import message_from_record

@@ -6,7 +6,7 @@ import pytest
 
 from prompts import render
 from sandbox.rank.server import device_activities
-from sandbox.performance import DeviceActivity, analyse, busy_us, classify, summarize_activities, summarize_totals
+from sandbox.performance import DeviceActivity, analyse, busy_us, classify, summarize_activities
 from sandbox.report import Roofline, Timing
 
 
@@ -48,11 +48,6 @@ def test_summary_per_call_and_by_kind():
     assert summary.busy_us_per_call == 65.0  # 40 + 30 + 5 with 10 overlapping
     assert [k.name for k in summary.kernels] == ["gemm_kernel_xmma", "ncclDevKernel_AllGather", "my_pack"]
     assert summary.kernels[0].kind == "compute" and summary.kernels[0].calls == 4 and summary.kernels[0].share == pytest.approx(0.5333, abs=1e-3)
-
-
-def test_summary_from_totals_has_no_busy_time():
-    summary = summarize_totals([{"name": "one_shot", "calls": 5, "total_us": 50.0}], iterations=5)
-    assert summary.busy_us_per_call is None and summary.custom_us_per_call == 10.0
 
 
 def roof(comm=0.0, hbm=0.0, flops=0.0, link=400.0, hbm_rate=4000.0, tflops=1000.0) -> Roofline:

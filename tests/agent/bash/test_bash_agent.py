@@ -15,7 +15,7 @@ import pytest
 from agent.bash.actions import parse_actions
 from agent.bash.config import BashSettings
 from agent.bash.episode import run_episode
-from agent.bash.trajectory import MiniTrajectory
+from agent.trajectory import Trajectory
 from agent.budget import Budget
 from agent.control import FormatError
 from agent.providers import ModelResponse, ToolCall, make_model
@@ -42,7 +42,7 @@ def episode(tmp_path, model, steps=6, **bash):
     harness = HarnessConfig(problem="all_reduce", world=2, device="cpu", allow_nccl=True, trials=2)
     config = RunConfig(problem="all_reduce", model=model.spec, mode="bash", harness=harness, budget=Budget(steps=steps),
                        bash=BashSettings(**bash))
-    trajectory = MiniTrajectory(tmp_path, info={"config": config.model_dump(mode="json")})
+    trajectory = Trajectory(tmp_path, info={"config": config.model_dump(mode="json")})
     records = []
     agent = run_episode(model, get_problem("all_reduce"), config, trajectory, on_step=records.append)
     return agent, records, json.loads(trajectory.path.read_text())

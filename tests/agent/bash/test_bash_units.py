@@ -9,9 +9,13 @@ import threading
 
 import pytest
 
-from agent.bash.trajectory import MiniTrajectory
-from agent.providers import Message, ToolCall
-from agent.providers.replay import load_trajectory
+from agent.trajectory import Trajectory
+from agent.budget import Budget
+from agent.providers import FatalProviderError, Message, ToolCall, TransientError
+from agent.providers.replay import read_trajectory
+from agent.run_config import RunConfig
+from problems import get_problem
+from sandbox.harness.config import HarnessConfig
 from sandbox.shell.runner import Output, _read_request
 
 
@@ -39,7 +43,7 @@ def conversation() -> list[Message]:
 
 
 def test_the_trajectory_is_mini_swe_agent_1_1_and_replays(tmp_path):
-    trajectory = MiniTrajectory(tmp_path, info={"config": {}})
+    trajectory = Trajectory(tmp_path, info={"config": {}})
     trajectory.info.update(exit_status="Submitted", submission="x")
     trajectory.save(conversation())
     data = json.loads((tmp_path / "trajectory.traj.json").read_text())
@@ -49,7 +53,7 @@ def test_the_trajectory_is_mini_swe_agent_1_1_and_replays(tmp_path):
     assert assistant["reasoning_content"] == "hmm" and assistant["extra"]["actions"][0]["command"] == "ls"
     assert tool == {"role": "tool", "content": "<returncode>0</returncode>", "tool_call_id": "call_1",
                     "extra": {"returncode": 0, "raw_output": "a"}}
-    replayed = load_trajectory(trajectory.path)
+    replayed, _ = read_trajectory(trajectory.path)
     assert replayed[0].tool_calls == [ToolCall(id="call_1", name="bash", arguments={"command": "ls"})]
 
 
@@ -59,7 +63,7 @@ def test_mini_swe_agents_inspector_reads_it(tmp_path, monkeypatch):
     inspector = pytest.importorskip("minisweagent.run.utilities.inspector")
     from minisweagent.models.utils.content_string import get_content_string
 
-    trajectory = MiniTrajectory(tmp_path, info={})
+    trajectory = Trajectory(tmp_path, info={})
     trajectory.save(conversation())
     messages = json.loads(trajectory.path.read_text())["messages"]
     steps = inspector._messages_to_steps(messages)
@@ -99,3 +103,54 @@ def test_the_runner_checks_every_request():
                 json.dumps({"tool": "check", "file": "s", "source": "x" * 700_000}).encode()):
         with pytest.raises(ValueError):
             request(bad)
+
+
+class StubShell:
+    """A shell that is never reached: these runs end in the model call."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def write(self, relative, content):
+        pass
+
+
+class StubCommands(StubShell):
+    submission = None
+    reports: list = []
+
+    def devices(self):
+        return ["cpu"]
+
+    def worlds(self, device):
+        return [2]
+
+
+class FailingModel:
+    spec = "stub:failing"
+
+    def __init__(self, error):
+        self.error, self.calls = error, 0
+
+    def complete(self, messages, tools=None, *, deadline=None, progress=None):
+        self.calls += 1
+        raise self.error
+
+
+@pytest.mark.parametrize("error, calls", [(FatalProviderError("Incorrect API key provided"), 1), (TransientError("overloaded"), 3)])
+def test_bash_mode_ends_on_a_refused_key_at_once_and_on_other_failures_after_three(tmp_path, error, calls):
+    from agent.bash.agent import BashAgent
+
+    harness = HarnessConfig(problem="all_reduce", world=2, device="cpu", allow_nccl=True)
+    config = RunConfig(problem="all_reduce", model="stub:failing", mode="bash", harness=harness, budget=Budget(steps=5))
+    model = FailingModel(error)
+    agent = BashAgent(model, get_problem("all_reduce"), config, StubShell(), StubCommands(), Trajectory(tmp_path, info={}),
+                      judge=lambda source: None)
+    assert agent.run() == "ProviderFailed" and model.calls == calls
+    assert agent.spend.failed_calls == calls and agent.spend.steps == 0
+    info = json.loads((tmp_path / "trajectory.traj.json").read_text())["info"]
+    assert info["exit_status"] == "ProviderFailed" and info["model_stats"]["failed_calls"] == calls
+    assert [r["status"] for r in info["steps"]] == ["provider_error"] * calls
