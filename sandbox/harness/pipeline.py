@@ -498,9 +498,8 @@ class Evaluation:
                                      f"the timer resolves ({resolution} ms): no speedup is reported; time a larger size (--size)")
         elif cand.median_ms > 0:
             self.report.speedup = round(ref_ms / cand.median_ms, 4)
-            scale = ref_ms / self.report.reference_timing.median_ms if self.report.reference_timing.median_ms > 0 else 1.0
-            low, high = timing.speedup_interval(reference, candidate)
-            self.report.speedup_ci = [round(low * scale, 4), round(high * scale, 4)]
+            low, high = timing.speedup_interval(reference, candidate, reported=ref_ms / cand.median_ms)
+            self.report.speedup_ci = [round(low, 4), round(high, 4)]
         self._roofline(cand)
 
     def _reference_ms(self) -> float:

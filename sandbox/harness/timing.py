@@ -162,12 +162,19 @@ def reported_ms(claimed_ms: float, check: ClockCheck) -> tuple[float, str | None
                       f"{check.clock_floor_ms:.4f} ms); the clock's estimate, {reported:.4f} ms, is reported")
 
 
-def speedup_interval(reference: Series, candidate: Series, seed: int = 0) -> tuple[float, float]:
+def speedup_interval(reference: Series, candidate: Series, reported: float | None = None, seed: int = 0) -> tuple[float, float]:
     """A 95% bootstrap interval of median(reference) / median(candidate), resampling the
-    interleaved round pairs."""
+    interleaved round pairs; scaled to ``reported`` where the speedup reported is not the claims'
+    own ratio (the candidate read on the parent's clock, the reference taken alone), so that the
+    interval is around the number it qualifies."""
     pairs = list(zip(reference.rounds, candidate.rounds))
     if not pairs:
         return (float("nan"), float("nan"))
+    scale = 1.0
+    if reported is not None:
+        claims_median = statistics.median(candidate.steps())
+        if claims_median > 0:
+            scale = reported / (statistics.median(reference.steps()) / claims_median)
     rng = random.Random(seed)
     ratios = []
     for _ in range(BOOTSTRAP_SAMPLES):
@@ -180,7 +187,7 @@ def speedup_interval(reference: Series, candidate: Series, seed: int = 0) -> tup
     if not ratios:
         return (float("nan"), float("nan"))
     ratios.sort()
-    return ratios[int(0.025 * (len(ratios) - 1))], ratios[int(0.975 * (len(ratios) - 1))]
+    return ratios[int(0.025 * (len(ratios) - 1))] * scale, ratios[int(0.975 * (len(ratios) - 1))] * scale
 
 
 def faster_than_hardware(call_ms: float, bound_ms: float) -> str | None:

@@ -4,6 +4,8 @@ the machine is; these do not."""
 
 import random
 
+import pytest
+
 from sandbox.harness import timing
 
 
@@ -110,6 +112,20 @@ def test_a_calibration_never_widens_the_tolerance_for_hidden_work():
             assert "disagrees" in str(rejected)
         else:
             raise AssertionError(f"hidden work passed with offset {check.harness_offset_ms}")
+
+
+def test_the_interval_qualifies_the_speedup_reported():
+    """When the candidate is read on the parent's clock (its claims were too small) or the reference
+    is taken alone, the interval moves with the number reported: a run on a loaded box read
+    0.56x with an interval of 0.62-1.24 before."""
+    rng = random.Random(4)
+    reference, candidate = ((lambda claims: _series(claims, [c + 2.0 for c in claims]))([5.0 + rng.uniform(0, 1.0) for _ in range(48)])
+                            for _ in range(2))
+    low, high = timing.speedup_interval(reference, candidate)
+    assert low < 1.0 < high
+    scaled = timing.speedup_interval(reference, candidate, reported=0.5)
+    claims = timing.statistics.median(reference.steps()) / timing.statistics.median(candidate.steps())
+    assert scaled == pytest.approx((low * 0.5 / claims, high * 0.5 / claims)) and scaled[0] < 0.5 < scaled[1]
 
 
 def test_a_ranks_words_render_inert():
