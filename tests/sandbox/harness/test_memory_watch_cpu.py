@@ -16,6 +16,7 @@ import pytest
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.memory_watch import MemoryWatch
 from tests.support import hostile_corpus as hc
+from tests.support.processes import leftover_processes
 
 BALLOON = hc.load(hc.FIXTURES / "hostile" / "host_memory_balloon.py")
 HONEST = hc.load(hc.FIXTURES / "honest" / "all_reduce_no_memo.py")
@@ -23,12 +24,12 @@ HONEST = hc.load(hc.FIXTURES / "honest" / "all_reduce_no_memo.py")
 
 def test_a_rank_over_its_memory_limit_is_stopped_and_named(local_sandbox):
     assert BALLOON.rank_memory_gib == 1
-    before = psutil.virtual_memory().available
     report = evaluate_in(local_sandbox, BALLOON.source(), hc.config(BALLOON, 2))
     assert report.status == "crashed", report.message
     assert "used more than 1 GiB of host memory" in report.message and report.message.startswith("rank "), report.message
     assert "rank_memory_gib" in report.message and report.speedup is None
-    assert psutil.virtual_memory().available > before - 2**30  # what it held was given back
+    assert leftover_processes(local_sandbox.marker) == []  # what it held was given back: no process of it is left
+    assert not hc.orphans(local_sandbox.workdir)
 
 
 def test_an_honest_rank_at_the_same_limit_is_judged_correct(local_sandbox):
