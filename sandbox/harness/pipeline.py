@@ -15,6 +15,7 @@ same inputs, and the claimed times are checked against the parent's own clock
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import hashlib
 import math
@@ -279,10 +280,8 @@ class Evaluation:
         (by up to 5 ms a call at 64 MB, either way), and the clock check compares the two groups'
         unaccounted time: without this an honest candidate in a slower process read as hiding work.
         Not on the host CPU, where what a busy machine adds swamps what is measured here."""
-        size, _ = self._round_size()
-        count = min(size, CALIBRATION_CALLS)
-        calls = self._make(self.plan.fresh_keys(count), {0}, list(range(1800, 1800 + count)))
-        try:
+        count = min(self._round_size[0], CALIBRATION_CALLS)
+        with self._made(self.plan.fresh_keys(count), {0}, list(range(1800, 1800 + count))) as calls:
             output_bytes = max(_nbytes(e.shapes[:e.outputs], e.dtypes[:e.outputs]) for e in calls[0].expected)
             for _ in range(-(-CALIBRATION_CALLS // count)):
                 for group, series in ((self.reference, self.reference_calibration), (self.candidate, self.candidate_calibration)):
@@ -297,23 +296,16 @@ class Evaluation:
                         record.claimed_ms.append([a.reply.ms for a in answers])
                     self._drop(group, round_id)
                     series.rounds.append(record)
-        finally:
-            for call in calls:
-                call.close()
 
     def _time_reference_alone(self) -> None:
         """A warm-up round and a timed round of the reference with no candidate code anywhere yet:
         work a candidate leaves running on the device or the host between its own rounds slows the
         interleaved reference rounds, never this one."""
-        size, _ = self._round_size()
+        size = self._round_size[0]
         series = timing.Series(self.reference.overheads)
         for count, kept in ((min(max(self.config.warmup, 1), size), False), (size, True)):
-            calls = self._make(self.plan.fresh_keys(count), set(), list(range(1900, 1900 + count)))
-            try:
+            with self._made(self.plan.fresh_keys(count), set(), list(range(1900, 1900 + count))) as calls:
                 record = self._timed_round(self.reference, calls, [])
-            finally:
-                for call in calls:
-                    call.close()
             if kept:
                 series.rounds.append(record)
         self.report.reference_alone_ms = round(statistics.median(series.steps()), 6)
@@ -344,6 +336,16 @@ class Evaluation:
                     call.inputs.append(fds.pop(0))
                     call.expected.append(Expected.read(summary, fds.pop(0)) if summary["expect"] else None)
         return calls
+
+    @contextlib.contextmanager
+    def _made(self, *args: Any, **kwargs: Any):
+        """``_make``'s calls, closed when the block ends."""
+        calls = self._make(*args, **kwargs)
+        try:
+            yield calls
+        finally:
+            for call in calls:
+                call.close()
 
     def _stage(self, group: RankGroup, round_id: int, calls: list[Call], stage: str) -> float:
         """A round's inputs to every rank of ``group``: on the CPU as views of copies the parent
@@ -473,7 +475,7 @@ class Evaluation:
         """Interleaved timed rounds, checked against the parent's clock. A check that fails is
         timed once more from scratch: a busy machine can push one series of honest calls past the
         bound, but work hidden from the timer is hidden both times (the verdict is then rejected)."""
-        size, target = self._round_size()
+        size, target = self._round_size
         self._timed_round_pair(min(max(self.config.warmup, 1), size), None, None, 0)  # warm-up: kept out of the numbers
         for attempt in range(CLOCK_ATTEMPTS):
             reference, candidate = self._timed_series(size, target)
@@ -526,30 +528,25 @@ class Evaluation:
             if pair >= MIN_ROUNDS and (calls_done >= target or (time.monotonic() > deadline and calls_done >= 10)):
                 return reference, candidate
 
+    @functools.cached_property
     def _round_size(self) -> tuple[int, int]:
         """Calls per timed round, and timed calls in all: ``iterations``, fewer where the inputs
-        are so large that staging them would take far longer than the calls."""
-        probe = self._make(self.plan.fresh_keys(1), set(), [0])
-        try:
+        are so large that staging them would take far longer than the calls (one probe call per
+        evaluation: the calibration, the reference alone and the timing all ask)."""
+        with self._made(self.plan.fresh_keys(1), set(), [0]) as probe:
             nbytes = max(os.fstat(fd).st_size for fd in probe[0].inputs)
-        finally:
-            probe[0].close()
         target = max(MIN_ROUNDS, min(self.config.iterations, TIMED_BYTES // max(nbytes, 1)))
         return max(1, min(MAX_ROUND_CALLS, ROUND_BYTES // max(nbytes, 1), -(-target // MIN_ROUNDS))), target
 
     def _timed_round_pair(self, count: int, reference: timing.Series | None, candidate: timing.Series | None, pair: int) -> None:
         checked = set(self.plan.checked(count, CHECKED_SHARE))
         base = 2000 + 100 * pair
-        calls = self._make(self.plan.fresh_keys(count), checked, list(range(base, base + count)))
-        try:
+        with self._made(self.plan.fresh_keys(count), checked, list(range(base, base + count))) as calls:
             groups = [(self.reference, reference), (self.candidate, candidate)]
             for group, series in (groups if pair % 2 else groups[::-1]):
                 record = self._timed_round(group, calls, sorted(checked) if group is self.candidate else [])
                 if series is not None:
                     series.rounds.append(record)
-        finally:
-            for call in calls:
-                call.close()
 
     def _timed_round(self, group: RankGroup, calls: list[Call], reveal: list[int]) -> timing.Round:
         stage = "performance" if group is self.candidate else "reference timing"
