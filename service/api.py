@@ -4,14 +4,15 @@ Every call needs ``Authorization: Bearer <token>`` (or the web page's cookie). A
 refused before it is read when it is larger than the token's limit (413; checked on
 Content-Length, and counted as it streams when there is none) or when the token is not valid
 (401). Malformed requests get 422 with one line per problem; a token with too many jobs queued,
-429. Handlers are plain functions (they run in the thread pool: the store is SQLite).
+429. A job is its token's: for another token every call about it answers 404, as for a job that
+does not exist, and lists leave it out (a token made with ``--admin`` sees every job). Handlers are plain functions (they run in the thread pool: the store is SQLite).
 """
 
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 
 from service import auth
 from service.events import job_events
@@ -134,34 +135,34 @@ def create_app(service: Service) -> FastAPI:
     def submit_batch(body: BatchRequest, who: Token, idempotency_key: IdempotencyKey = None) -> Accepted:
         return accept("batch", who, body, idempotency_key)
 
-    def find(job_id: str):
+    def find(job_id: str, who: TokenRecord):
+        """The job, when ``who`` may see it; 404 alike for a job that does not exist and another token's."""
         job = service.store.get(job_id)
-        if job is None:
+        if job is None or not who.may_see(job):
             raise HTTPException(404, f"no job {job_id!r}")
         return job
 
-    @app.get(f"{API}/jobs", response_model=list[JobView], tags=["jobs"], summary="Jobs, newest first")
+    @app.get(f"{API}/jobs", response_model=list[JobView], tags=["jobs"],
+             summary="This token's jobs, newest first (an admin token: every token's, unless mine=true)")
     def list_jobs(who: Token, status: str | None = None, mine: bool = False, limit: int = 100) -> list[dict]:
         return [job.public(with_request=False) for job in
-                service.store.list(owner=who.name if mine else None, status=status, limit=max(1, min(limit, 1000)))]
+                service.store.list(owner=None if who.admin and not mine else who.name, status=status, limit=max(1, min(limit, 1000)))]
 
     @app.get(f"{API}/jobs/{{job_id}}", response_model=JobView, tags=["jobs"], summary="A job's status and, when done, its result")
     def get_job(job_id: str, who: Token) -> dict:
-        return find(job_id).public()
+        return find(job_id, who).public()
 
     @app.get(f"{API}/jobs/{{job_id}}/events", tags=["jobs"], summary="Server-sent events of a job, each step's verdict as it happens",
              response_class=StreamingResponse)
     def job_stream(job_id: str, who: Token, last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
-        find(job_id)
+        find(job_id, who)
         after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
         return StreamingResponse(job_events(service.store, job_id, after), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.delete(f"{API}/jobs/{{job_id}}", response_model=JobView, tags=["jobs"], summary="Cancel a job (its processes end)")
     def cancel_job(job_id: str, who: Token) -> dict:
-        job = find(job_id)
-        if job.owner != who.name:
-            raise HTTPException(403, f"job {job_id} belongs to another token ({job.owner}); only its owner may cancel it")
+        job = find(job_id, who)
         if not job.finished:
             job = service.cancel(job_id) or job
             job = wait_ended(service, job_id, job)
@@ -178,7 +179,7 @@ def create_app(service: Service) -> FastAPI:
     def trajectory(job_id: str, who: Token) -> JSONResponse:
         import json
 
-        job = find(job_id)
+        job = find(job_id, who)
         if job.kind != "run":
             raise HTTPException(404, f"job {job_id} is a {job.kind}, not a run")
         from agent.trajectory import find_trajectory
@@ -188,8 +189,8 @@ def create_app(service: Service) -> FastAPI:
             raise HTTPException(404, f"run {job_id} has no trajectory yet (status {job.status})")
         return JSONResponse(json.loads(service.store.redact(path.read_text())))  # files are answered as records are: never a key
 
-    def batch_folder(job_id: str):
-        job = find(job_id)
+    def batch_folder(job_id: str, who: TokenRecord):
+        job = find(job_id, who)
         if job.kind != "batch":
             raise HTTPException(404, f"job {job_id} is a {job.kind}, not a batch")
         return service.folder(job)
@@ -200,12 +201,40 @@ def create_app(service: Service) -> FastAPI:
 
         import json
 
-        return json.loads(service.store.redact(json.dumps([r.model_dump(mode="json") for r in batch_episodes(batch_folder(job_id))])))
+        return json.loads(service.store.redact(json.dumps([r.model_dump(mode="json") for r in batch_episodes(batch_folder(job_id, who))])))
+
+    def episode_folder(job_id: str, episode: str, attempt: str, who: TokenRecord):
+        from service.views import episode_folder as folder_of
+
+        folder = folder_of(batch_folder(job_id, who), episode, attempt)
+        if folder is None:
+            raise HTTPException(404, f"batch {job_id} has no episode {episode} {attempt}")
+        return folder
+
+    @app.get(f"{API}/batches/{{job_id}}/runs/{{episode}}/{{attempt}}/trajectory", tags=["batches"],
+             summary="A batch episode's trajectory (its run_dir runs/EPISODE/ATTEMPT; mini-swe-agent's format)")
+    def episode_trajectory(job_id: str, episode: str, attempt: str, who: Token) -> JSONResponse:
+        import json
+
+        from agent.trajectory import find_trajectory
+
+        path = find_trajectory(episode_folder(job_id, episode, attempt, who))
+        if not path.is_file():
+            raise HTTPException(404, f"episode {episode} {attempt} of batch {job_id} has no trajectory")
+        return JSONResponse(json.loads(service.store.redact(path.read_text())))
+
+    @app.get(f"{API}/batches/{{job_id}}/runs/{{episode}}/{{attempt}}/best", tags=["batches"], response_class=PlainTextResponse,
+             summary="A batch episode's best solution (best/solution.py of its run folder)")
+    def episode_best(job_id: str, episode: str, attempt: str, who: Token) -> PlainTextResponse:
+        path = episode_folder(job_id, episode, attempt, who) / "best" / "solution.py"
+        if not path.is_file():
+            raise HTTPException(404, f"episode {episode} {attempt} of batch {job_id} has no correct solution")
+        return PlainTextResponse(service.store.redact(path.read_text()))
 
     @app.get(f"{API}/batches/{{job_id}}/report", tags=["batches"], summary="A batch's report.html (self-contained)",
              response_class=HTMLResponse)
     def batch_report(job_id: str, who: Token) -> HTMLResponse:
-        path = batch_folder(job_id) / "report.html"
+        path = batch_folder(job_id, who) / "report.html"
         if not path.is_file():
             raise HTTPException(404, f"batch {job_id} has no report yet (it is written when the batch ends)")
         return HTMLResponse(service.store.redact(path.read_text()), headers={"Content-Security-Policy": "sandbox allow-scripts"})

@@ -1,7 +1,9 @@
 """API tokens: a random secret shown once, only its SHA-256 kept; each with its limits.
 
 ``kloop serve token create NAME`` prints ``kl_<secret>``; a client sends it as
-``Authorization: Bearer kl_...`` (the web page keeps it in an HttpOnly cookie).
+``Authorization: Bearer kl_...`` (the web page keeps it in an HttpOnly cookie). A job belongs to
+the token that submitted it: other tokens get 404 for it and do not see it listed, except a token
+made with ``--admin`` (the operator's), which sees every job.
 """
 
 from __future__ import annotations
@@ -37,15 +39,15 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_token(store: Store, name: str, limits: Limits = Limits()) -> str:
-    """A new token for ``name``: returns the secret (never stored, shown once)."""
+def create_token(store: Store, name: str, limits: Limits = Limits(), admin: bool = False) -> str:
+    """A new token for ``name`` (``admin``: it sees every token's jobs): returns the secret (never stored, shown once)."""
     if not NAME.match(name):
         raise TokenError(f"token name {name!r}: use 1-64 letters, digits, '_', '.', '@' or '-'")
     if min(limits.max_running, limits.max_queued, limits.max_body_bytes) < 1:
         raise TokenError("token limits must be positive")
     secret = PREFIX + secrets.token_urlsafe(32)
     try:
-        store.add_token(name, digest(secret), limits.max_running, limits.max_queued, limits.max_body_bytes)
+        store.add_token(name, digest(secret), limits.max_running, limits.max_queued, limits.max_body_bytes, admin)
     except sqlite3.IntegrityError:
         raise TokenError(f"a token named {name!r} exists already; revoke it first (`kloop serve token revoke {name}`)") from None
     return secret

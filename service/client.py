@@ -93,6 +93,25 @@ class ServiceClient:
             raise UserError(f"the server answered {response.status_code}: {response.text[:300]}")
         return response.text
 
+    def _optional(self, path: str) -> httpx.Response | None:
+        """GET ``path``; None when the server answers 404."""
+        try:
+            return self._send("GET", path)
+        except UserError as error:
+            if "answered 404" in str(error):
+                return None
+            raise
+
+    def episode_trajectory(self, job_id: str, run_dir: str) -> str | None:
+        """A batch episode's trajectory (JSON text), ``run_dir`` being its ``runs/EPISODE/TRY``; None when it has none."""
+        response = self._optional(f"/v1/batches/{job_id}/{run_dir}/trajectory")
+        return None if response is None else response.text
+
+    def episode_best(self, job_id: str, run_dir: str) -> str | None:
+        """A batch episode's best solution; None when it has none."""
+        response = self._optional(f"/v1/batches/{job_id}/{run_dir}/best")
+        return None if response is None else response.text
+
     def events(self, job_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
         """(type, data) of each event of the job, from its first, until ``end``; reconnects
         (with Last-Event-ID) when the connection drops."""

@@ -3,7 +3,8 @@
 A job is committed (``synchronous=FULL``) before the API replies with its id, so a job accepted
 survives a ``kill -9`` of the server. Tables: ``jobs`` (one row a job: its request, status,
 result), ``events`` (what a job reported as it went: the per-step verdicts the SSE stream and the
-web page replay) and ``tokens`` (API tokens, their SHA-256 only, and their limits).
+web page replay) and ``tokens`` (API tokens, their SHA-256 only, their limits, and ``admin``: a
+token that sees every token's jobs; any other sees only its own).
 
 Statuses: ``queued`` -> ``running`` -> ``done`` | ``failed`` | ``cancelled`` | ``interrupted``.
 ``recover()`` (at every start) deals with what a dead server left ``running``.
@@ -34,7 +35,8 @@ CREATE TABLE IF NOT EXISTS tokens (
     max_running INTEGER NOT NULL,
     max_queued INTEGER NOT NULL,
     max_body_bytes INTEGER NOT NULL,
-    revoked INTEGER NOT NULL DEFAULT 0
+    revoked INTEGER NOT NULL DEFAULT 0,
+    admin INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS jobs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -114,6 +116,11 @@ class TokenRecord:
     max_queued: int
     max_body_bytes: int
     revoked: bool
+    admin: bool = False
+
+    def may_see(self, job: Job) -> bool:
+        """A job is its owner's: another token is answered as if it did not exist (an admin token sees all)."""
+        return self.admin or job.owner == self.name
 
 
 class QueueFull(Exception):
@@ -130,7 +137,8 @@ def _job(row: sqlite3.Row) -> Job:
 
 def _token(row: sqlite3.Row) -> TokenRecord:
     return TokenRecord(name=row["name"], created_at=row["created_at"], max_running=row["max_running"], max_queued=row["max_queued"],
-                       max_body_bytes=row["max_body_bytes"], revoked=bool(row["revoked"]))
+                       max_body_bytes=row["max_body_bytes"], revoked=bool(row["revoked"]),
+                       admin=bool(row["admin"]))
 
 
 class Store:
@@ -150,6 +158,9 @@ class Store:
             self._db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the reply that follows it
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(tokens)")}
+            if "admin" not in columns:  # a store made before tokens had owners' views
+                self._db.execute("ALTER TABLE tokens ADD COLUMN admin INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         with self._lock:
@@ -165,9 +176,9 @@ class Store:
 
     # tokens
 
-    def add_token(self, name: str, digest: str, max_running: int, max_queued: int, max_body_bytes: int) -> None:
-        self._write("INSERT INTO tokens (name, hash, created_at, max_running, max_queued, max_body_bytes) VALUES (?, ?, ?, ?, ?, ?)",
-                    (name, digest, time.time(), max_running, max_queued, max_body_bytes))
+    def add_token(self, name: str, digest: str, max_running: int, max_queued: int, max_body_bytes: int, admin: bool = False) -> None:
+        self._write("INSERT INTO tokens (name, hash, created_at, max_running, max_queued, max_body_bytes, admin) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, digest, time.time(), max_running, max_queued, max_body_bytes, int(admin)))
 
     def token_by_hash(self, digest: str) -> TokenRecord | None:
         rows = self._read("SELECT * FROM tokens WHERE hash = ? AND revoked = 0", (digest,))
@@ -215,8 +226,10 @@ class Store:
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         return [_job(row) for row in self._read(f"SELECT * FROM jobs {clause} ORDER BY seq DESC LIMIT ?", (*args, limit))]
 
-    def counts(self) -> dict[str, int]:
-        return {row[0]: row[1] for row in self._read("SELECT status, COUNT(*) FROM jobs GROUP BY status")}
+    def counts(self, owner: str | None = None) -> dict[str, int]:
+        """Jobs by status: every job's, or ``owner``'s."""
+        where, args = ("WHERE owner = ?", (owner,)) if owner is not None else ("", ())
+        return {row[0]: row[1] for row in self._read(f"SELECT status, COUNT(*) FROM jobs {where} GROUP BY status", args)}
 
     def claim_next(self, kinds: Iterable[str] | None = None) -> Job | None:
         """The oldest queued job whose owner is under its running limit, now ``running``."""

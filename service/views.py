@@ -123,6 +123,15 @@ def batch_episodes(folder: Path) -> list[Any]:
     return sorted(results, key=lambda r: (r.model, r.problem, r.sample))
 
 
+def episode_folder(batch: Path, episode: str, attempt: str) -> Path | None:
+    """A batch episode's try folder (``runs/<episode id>/<attempt>`` of the batch folder), None when
+    the names are not plain folder names or it does not exist."""
+    safe = all(name and name not in (".", "..") and not name.startswith(".") and "/" not in name and "\\" not in name
+               for name in (episode, attempt))
+    folder = batch / "runs" / episode / attempt if safe else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
 def ago(timestamp: float | None) -> str:
     if not timestamp:
         return ""

@@ -3,6 +3,8 @@
 status; ``/jobs/{id}`` shows an evaluation's report, a run's steps (the answer, the diff from the
 previous step, the verdict, speedup, roofline, where the time went, the feedback that went back)
 or a batch's leaderboard (agent/batch's summary), plots and its report.html. The token is kept in an HttpOnly, SameSite=Strict cookie.
+The pages follow the API's ownership rule: a token sees its own jobs (an admin token, every job);
+another token's job is "not found", as one that does not exist.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def add_web(app: FastAPI, service: Service) -> None:
     def viewer(request: Request):
         return auth.lookup(service.store, request.cookies.get(auth.COOKIE))
 
+    def visible(request: Request, job_id: str):
+        """The job when the page's token may see it, else None (absent and another token's alike)."""
+        job, who = service.store.get(job_id), viewer(request)
+        return job if job is not None and who is not None and who.may_see(job) else None
+
     def page(request: Request, name: str, status_code: int = 200, **context) -> HTMLResponse:
         html = templates.get_template(name).render({"request": request, "viewer": viewer(request), **context})
         return HTMLResponse(service.store.redact(html), status_code=status_code)  # run folders are shown: never a server key
@@ -76,16 +83,18 @@ def add_web(app: FastAPI, service: Service) -> None:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def jobs_page(request: Request, partial: str = "") -> Response:
-        if viewer(request) is None:
+        who = viewer(request)
+        if who is None:
             return login_first(request)
-        jobs = service.store.list(limit=200)
-        return page(request, "jobs_rows.html" if partial == "rows" else "jobs.html", jobs=jobs, counts=service.store.counts())
+        owner = None if who.admin else who.name
+        jobs = service.store.list(owner=owner, limit=200)
+        return page(request, "jobs_rows.html" if partial == "rows" else "jobs.html", jobs=jobs, counts=service.store.counts(owner))
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
     def job_page(request: Request, job_id: str, partial: str = "") -> Response:
         if viewer(request) is None:
             return login_first(request)
-        job = service.store.get(job_id)
+        job = visible(request, job_id)
         if job is None:
             return page(request, "missing.html", status_code=404, what=f"job {job_id}")
         context = {"job": job, "partial": partial == "main"}
@@ -103,18 +112,17 @@ def add_web(app: FastAPI, service: Service) -> None:
         """A batch episode's try, as a run view (``runs/<episode id>/try<N>`` of the batch folder)."""
         if viewer(request) is None:
             return login_first(request)
-        job = service.store.get(job_id)
-        safe = all(name and not name.startswith(".") and "/" not in name and "\\" not in name for name in (episode, attempt))
-        folder = service.folder(job) / "runs" / episode / attempt if job is not None and job.kind == "batch" and safe else None
-        if folder is None or not folder.is_dir():
+        job = visible(request, job_id)
+        folder = views.episode_folder(service.folder(job), episode, attempt) if job is not None and job.kind == "batch" else None
+        if folder is None:
             return page(request, "missing.html", status_code=404, what=f"episode {episode} {attempt}")
         return page(request, "run.html", job=job, episode=f"{episode} ({attempt})", steps=views.run_steps(folder),
                     config=views.run_config(folder), partial=False)
 
     @app.get("/jobs/{job_id}/report.html", include_in_schema=False)
     def batch_report(request: Request, job_id: str) -> Response:
-        job = service.store.get(job_id)
+        job = visible(request, job_id)
         path = service.folder(job) / "report.html" if job is not None and job.kind == "batch" else None
-        if viewer(request) is None or path is None or not path.exists():
+        if path is None or not path.exists():
             return Response(status_code=404)
         return HTMLResponse(service.store.redact(path.read_text()), headers={"Content-Security-Policy": "sandbox allow-scripts"})

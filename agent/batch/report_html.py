@@ -117,12 +117,11 @@ def episodes_html(results: list[tuple[Path, EpisodeResult]], html_dir: Path) -> 
     rows = []
     for folder, r in sorted(results, key=lambda item: (item[1].model, item[1].problem, item[1].sample)):
         link = "-"
-        if r.run_dir:
-            run = folder / r.run_dir
-            trajectory = find_trajectory(run)
-            target = os.path.relpath(trajectory, html_dir)
-            best = os.path.relpath(run / "best" / "solution.py", html_dir)
-            link = f'<a href="{escape(target)}">trajectory</a>' + (f' <a href="{escape(best)}">best</a>' if r.correct else "")
+        trajectory = find_trajectory(folder / r.run_dir) if r.run_dir else None
+        if trajectory is not None and trajectory.is_file():  # a link only to a file that is there
+            best = trajectory.parent / "best" / "solution.py"
+            link = f'<a href="{escape(os.path.relpath(trajectory, html_dir))}">trajectory</a>' + (
+                f' <a href="{escape(os.path.relpath(best, html_dir))}">best</a>' if r.correct and best.is_file() else "")
         speed = f"{r.speedup:.2f}x" if r.speedup is not None else ("untimed" if r.correct else "-")
         cost = "?" if r.cost_usd is None else f"{r.cost_usd:.3f}"
         why = escape(r.failure_class or "") + (f' <span class="ci">{escape(r.message[:80])}</span>' if r.outcome in ("infra", "skipped") else "")

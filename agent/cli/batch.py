@@ -29,7 +29,9 @@ def command(
 ) -> None:
     """Run a batch comparison: every model on every problem, SAMPLES times; results in OUT/results.jsonl,
     metrics in OUT/summary.json, plots in OUT/report.html. Running it again resumes; kill -9 is safe.
-    With --server the batch runs on that server (Ctrl-C cancels it there) and OUT gets its results, summary and report."""
+    With --server the batch runs on that server (Ctrl-C cancels it there) and OUT gets its results, summary, each
+    episode's trajectory and a report linking to them; OUT/server.json names the job, so the same command again follows
+    it, and an OUT holding another batch (a local one, another job's) is refused."""
     from agent.batch.config import load_config
     from agent.batch.leaderboard import print_summary
     from agent.batch.progress import BatchProgress
@@ -50,6 +52,12 @@ def command(
             raise UserError(f"{', '.join(local_only)}: not offered with --server (the server runs the whole batch)")
         data = yaml.safe_load(text)
         remote_batch(server, {**data, "workers": workers} if workers else data, text, out)
+    from service.batch_copy import read_marker
+
+    copied = read_marker(out)
+    if copied is not None:
+        raise UserError(f"{out} is the copy of batch job {copied.job_id} of {copied.server_url}; follow it with "
+                        f"--server {copied.server_url}, or choose another --out to run the batch here")
     try:
         outcome = run_batch(config, text, out, workers=workers, executor=executor.value, pattern=filter_, redo_failed=redo_failed,
                             progress=BatchProgress(console))

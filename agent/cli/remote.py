@@ -7,7 +7,6 @@ Ctrl-C cancels the job on the server.
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from typing import Any
 
@@ -110,19 +109,33 @@ def remote_run(server: str, body: dict[str, Any]) -> None:
 def remote_batch(server: str, config: dict[str, Any], config_text: str, out) -> None:
     """``kloop batch CONFIG --out DIR --server URL``: the batch runs on the server; its progress is
     printed as the local command prints it; at the end DIR holds its config.yaml, summary.json,
-    results.jsonl and report.html (the server's; ``kloop report DIR`` reads them), and the
-    leaderboard is printed."""
+    results.jsonl, each episode's trajectory and best solution, and a report.html linking to them
+    (``kloop report DIR`` reads them), and the leaderboard is printed. DIR/server.json names the
+    job: the same command again follows it; a DIR holding another batch is refused (service/batch_copy.py)."""
     from pathlib import Path
 
     from agent.batch.episodes import Episode, EpisodeResult
     from agent.batch.leaderboard import print_summary
     from agent.batch.progress import BatchProgress
+    from service import batch_copy
     from service.client import ServiceClient
 
+    folder = Path(out)
     shown: list[BatchProgress] = []  # the bar of the batch's current start (a restarted server starts it again)
     with ServiceClient(server) as client:
-        job_id = client.submit("batches", {"config": config})
-        console.print(f"batch job {job_id} on {server} ({server.rstrip('/')}/jobs/{job_id})", highlight=False)
+        job_id = batch_copy.claim(folder, server, config)
+        if job_id is None:
+            job_id = client.submit("batches", {"config": config})
+            batch_copy.mark(folder, server, job_id, config)
+            console.print(f"batch job {job_id} on {server} ({server.rstrip('/')}/jobs/{job_id})", highlight=False)
+        else:
+            try:
+                client.job(job_id)
+            except UserError as error:
+                raise UserError(f"{folder} is the copy of job {job_id} of {server}, but the server does not give it to this "
+                                f"token ({error}); choose another --out") from None
+            console.print(f"{folder} is the copy of batch job {job_id} on {server}: following it again "
+                          f"({server.rstrip('/')}/jobs/{job_id})", highlight=False)
 
         def show(type_: str, data: dict[str, Any]) -> None:
             if type_ == "batch_started":
@@ -149,17 +162,7 @@ def remote_batch(server: str, config: dict[str, Any], config_text: str, out) -> 
         _ended_badly(job)
         result = dict(job.get("result") or {})
         stats = result.pop("progress", None) or {}
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
-        results = client.batch_results(job_id)
-        report = client.batch_report(job_id)
-    from agent.trajectory import atomic_write
-
-    atomic_write(folder / "config.yaml", config_text)
-    atomic_write(folder / "summary.json", json.dumps(result, indent=2))
-    atomic_write(folder / "results.jsonl", "".join(json.dumps(r) + "\n" for r in results))
-    if report is not None:
-        atomic_write(folder / "report.html", report)
+        fetched = batch_copy.fetch(client, job_id, folder, config_text, result)
     console.print()
     print_summary(result, console)
     if stats.get("stopped_by_cost"):
@@ -167,9 +170,11 @@ def remote_batch(server: str, config: dict[str, Any], config_text: str, out) -> 
     if job["status"] != "done":
         console.print(f"job {job_id} {job['status']}: {job.get('error') or ''}", highlight=False)
     console.print(f"results: {folder / 'results.jsonl'}  summary: {folder / 'summary.json'}"
-                  + (f"  report: {folder / 'report.html'}" if report is not None else "")
-                  + f"  (episodes' runs stay on the server: {server.rstrip('/')}/jobs/{job_id})", highlight=False)
-    infra = sum(1 for r in results if r.get("outcome") == "infra")
+                  + (f"  report: {folder / 'report.html'}" if fetched.report_written else "")
+                  + f"  episodes' trajectories: {folder / 'runs'} ({fetched.trajectories_fetched} fetched now"
+                  + (f", {fetched.trajectories_missing} the server has none of" if fetched.trajectories_missing else "") + ")",
+                  highlight=False)
+    infra = fetched.infra_episodes
     if infra:
         console.print(f"[magenta]{infra} episodes ended as infrastructure failures[/] (kept out of the scores)")
     raise typer.Exit(3 if infra or job["status"] != "done" else 0)

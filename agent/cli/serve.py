@@ -100,14 +100,18 @@ def token_create(
     max_running: Annotated[int, typer.Option(min=1, help="jobs of this token running at once (more wait in the queue)")] = 4,
     max_queued: Annotated[int, typer.Option(min=1, help="jobs of this token queued at once (more are refused with 429)")] = 1000,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="largest request body (413 beyond, before it is read)")] = 2 * 2**20,
+    admin: Annotated[bool, typer.Option("--admin", help="the operator's token: it sees (and may cancel) every token's jobs; "
+                                                         "any other token sees only the jobs it submitted")] = False,
 ) -> None:
-    """Make a token and print it (only its SHA-256 is stored: keep it now)."""
+    """Make a token and print it (only its SHA-256 is stored: keep it now). A token sees only its own
+    jobs (another token's answer 404, as if absent); one made with --admin sees every job."""
     from service.auth import Limits, TokenError, create_token
     from service.store import Store
 
     store = Store(_db(db))
     try:
-        secret = create_token(store, name, Limits(max_running=max_running, max_queued=max_queued, max_body_bytes=max_body_bytes))
+        secret = create_token(store, name, Limits(max_running=max_running, max_queued=max_queued, max_body_bytes=max_body_bytes),
+                              admin=admin)
     except TokenError as error:
         raise UserError(str(error)) from None
     finally:
@@ -122,8 +126,8 @@ def token_list(db: Db = None) -> None:
 
     store = Store(_db(db))
     for token in store.tokens():
-        console.print(f"{token.name:<24} {'revoked' if token.revoked else 'active':<8} running<={token.max_running} "
-                      f"queued<={token.max_queued} body<={token.max_body_bytes} B", highlight=False)
+        console.print(f"{token.name:<24} {'revoked' if token.revoked else 'active':<8} {'admin' if token.admin else 'own jobs':<9} "
+                      f"running<={token.max_running} queued<={token.max_queued} body<={token.max_body_bytes} B", highlight=False)
     store.close()
 
 
