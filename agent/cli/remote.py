@@ -173,7 +173,7 @@ def remote_batch(server: str, config: dict[str, Any], config_text: str, out) -> 
                   + (f"  report: {folder / 'report.html'}" if fetched.report_written else "")
                   + f"  episodes' trajectories: {folder / 'runs'} ({fetched.trajectories_fetched} fetched now"
                   + (f", {fetched.trajectories_missing} the server has none of" if fetched.trajectories_missing else "") + ")",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     infra = fetched.infra_episodes
     if infra:
         console.print(f"[magenta]{infra} episodes ended as infrastructure failures[/] (kept out of the scores)")

@@ -5,6 +5,7 @@ results.jsonl, report.html), the web page shows its leaderboard and embeds the r
 cancels it on the server; after a kill -9 of the server it resumes without redoing finished
 episodes."""
 
+import html
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import time
 import pytest
 
 from service.client import parse_sse
-from tests.support.batch import naive_scores, read_records
+from tests.support.batch import hand_fixture, naive_scores, read_records, write_batch_folder
 from tests.support.service import ROOT, ServerProcess, wait_for
 
 CONFIG = {"models": ["scripted:demo", "scripted:example"], "problems": ["all_reduce"], "samples": 2, "steps": 2, "allow_nccl": True,
@@ -139,8 +140,16 @@ def test_kloop_batch_with_server_runs_it_there_as_kloop_batch_would(server, tmp_
             assert got["pass_at_k"]["2"]["value"] == pytest.approx(expected["pass@2"])
             assert got["fast_p"]["0"]["value"] == pytest.approx(expected["fast_0"])
             assert got["fast_p"]["1"]["value"] == pytest.approx(expected["fast_1"])
-        assert (out / "report.html").read_text() == (folder / "report.html").read_text()
-        assert "<svg" in (out / "report.html").read_text()
+        # the local report links to local copies of the episodes' files: every link resolves here
+        local_report = (out / "report.html").read_text()
+        assert "<svg" in local_report and str(server.folder) not in local_report  # no path of the server's
+        links = [html.unescape(link) for link in re.findall(r'href="([^"#][^"]*)"', local_report)]
+        assert sorted(link for link in links if link.endswith(".traj.json")) == sorted(f"{r['run_dir']}/trajectory.traj.json" for r in records)
+        assert len([link for link in links if link.endswith("best/solution.py")]) == sum(r["correct"] for r in records) >= 1
+        assert all((out / link).is_file() for link in links), [link for link in links if not (out / link).is_file()]
+        for r in records:  # each the server's file (redacted as every answer is)
+            assert json.loads((out / r["run_dir"] / "trajectory.traj.json").read_text()) == \
+                json.loads(next((folder / r["run_dir"]).glob("*.traj.json")).read_text())
         events = [(t, d) for _, t, d in parse_sse(api.get(f"/v1/jobs/{job['id']}/events").iter_lines())]
         types = [t for t, _ in events]
         assert types.count("batch_started") == 1 and types.count("episode_started") == 4 and types.count("episode") == 4
@@ -168,6 +177,16 @@ def test_kloop_batch_with_server_runs_it_there_as_kloop_batch_would(server, tmp_
     report = subprocess.run([sys.executable, "-m", "agent", "report", str(out), "--html", str(tmp_path / "again.html")], cwd=ROOT,
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert report.returncode == 0 and "scripted:demo" in report.stdout and "scripted:example" in report.stdout, report.stderr
+    # the same command again follows the same job (DIR/server.json names it): no second batch
+    before = {path: path.read_text() for path in out.rglob("*") if path.is_file()}
+    again = kloop_batch(config_path, out, server, token)
+    stdout, stderr = again.communicate(timeout=900)
+    assert again.returncode == 0, stdout + stderr
+    assert f"is the copy of batch job {job['id']}" in stdout and "following it again" in stdout and "(0 fetched now)" in stdout, stdout
+    with server.client(token) as api:
+        assert [j["id"] for j in api.get("/v1/jobs").json() if j["kind"] == "batch"] == [job["id"]]
+    after = {path: path.read_text() for path in out.rglob("*") if path.is_file()}
+    assert set(after) == set(before) and all(after[p] == before[p] for p in before if p.name != "report.html")
     # user mistakes: one line, exit 2
     for extra, config, message in ((["--filter", "demo"], CONFIG, "--filter: not offered with --server"),
                                    ([], {**CONFIG, "sandbox": "docker"}, "config.sandbox: the server decides where candidates run")):
@@ -176,6 +195,51 @@ def test_kloop_batch_with_server_runs_it_there_as_kloop_batch_would(server, tmp_
                                   server.url, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300,
                                  env={**os.environ, "KLOOP_TOKEN": token, "COLUMNS": "300"})
         assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+
+
+@pytest.mark.slow
+def test_kloop_batch_with_server_refuses_a_folder_holding_another_batch(server, tmp_path):
+    """A local batch, another server's copy, another config's, or a job this token is not given:
+    refused with one line saying why and what to do, before anything is submitted or written."""
+    import yaml
+
+    from service.batch_copy import mark
+
+    token = server.token("careful")
+    config_path = tmp_path / "batch.yaml"
+    config_path.write_text(yaml.safe_dump(CONFIG))
+    local = write_batch_folder(tmp_path / "local", hand_fixture())
+    mark(tmp_path / "elsewhere", "http://127.0.0.1:9/", "batch-0123456789ab", CONFIG)
+    mark(tmp_path / "other-config", server.url, "batch-0123456789ab", {**CONFIG, "samples": 5})
+    mark(tmp_path / "not-given", server.url, "batch-0123456789ab", CONFIG)
+    cases = ((local, "holds a local batch (config.yaml, episodes, results.jsonl, runs)", "resume it here without --server"),
+             (tmp_path / "elsewhere", "of another server (http://127.0.0.1:9)", "--server http://127.0.0.1:9 to follow that job"),
+             (tmp_path / "other-config", "a batch of another config", "choose another --out"),
+             (tmp_path / "not-given", "the server does not give it to this token", "choose another --out"))
+    for out, why, what in cases:
+        before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+        process = kloop_batch(config_path, out, server, token)
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 2 and why in stderr and what in stderr, (out, stdout, stderr)
+        assert "Traceback" not in stderr and len(stderr.strip().splitlines()) <= 3, stderr
+        assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before  # nothing overwritten
+    with server.client(token) as api:
+        assert api.get("/v1/jobs").json() == []  # nothing submitted
+    # the other way round: a local batch into a server batch's copy is refused too
+    local_run = subprocess.run([sys.executable, "-m", "agent", "batch", str(config_path), "--out", str(tmp_path / "not-given")],
+                               cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})
+    assert local_run.returncode == 2 and "is the copy of batch job batch-0123456789ab" in local_run.stderr, local_run.stderr
+    assert not (tmp_path / "not-given" / "results.jsonl").exists()
+
+
+def test_a_server_answer_never_picks_where_the_copy_writes():
+    """Hostile: a server's results name run folders outside DIR; they are not fetched."""
+    from service.batch_copy import run_parts
+
+    for hostile in ("../../etc", "runs/../../x/try1", "/abs/runs/a/try1", "runs/a/../b", "runs/.ssh/try1", "runs/a\\..\\b/try1",
+                    "runs/a/try1/extra", None, 3):
+        assert run_parts(hostile) is None, hostile
+    assert run_parts("runs/scripted-demo__all_reduce__s0/try1") == ("scripted-demo__all_reduce__s0", "try1")  # control
 
 
 @pytest.mark.slow

@@ -121,3 +121,25 @@ def test_keys_file(tmp_path, monkeypatch):
     path.write_text("not a line\n")
     with pytest.raises(KeysFileError, match=":1: expected NAME=value"):
         load_keys_file(path)
+
+
+def test_a_job_is_its_tokens_and_an_admin_token_sees_all(tmp_path):
+    """A store made before tokens had an admin column opens (its tokens see their own jobs only)."""
+    old = sqlite3.connect(tmp_path / "jobs.db")
+    old.executescript("CREATE TABLE tokens (name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, created_at REAL NOT NULL, "
+                      "max_running INTEGER NOT NULL, max_queued INTEGER NOT NULL, max_body_bytes INTEGER NOT NULL, "
+                      "revoked INTEGER NOT NULL DEFAULT 0);")
+    old.execute("INSERT INTO tokens VALUES ('old', ?, 0, 1, 1, 1, 0)", (digest("kl_old-secret"),))
+    old.commit()
+    old.close()
+    store = Store(tmp_path / "jobs.db")
+    try:
+        before = lookup(store, "kl_old-secret")
+        assert before.name == "old" and before.admin is False
+        admin = lookup(store, create_token(store, "operator", admin=True))
+        alice = lookup(store, create_token(store, "alice"))
+        job, _ = store.submit("eval", "alice", {"problem": "x"})
+        assert alice.may_see(job) and admin.may_see(job) and not before.may_see(job)
+        assert store.counts("alice") == {"queued": 1} and store.counts("old") == {}
+    finally:
+        store.close()
