@@ -44,7 +44,8 @@ class ServiceClient:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._send(method, path, **kwargs).json()
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, method: str, path: str, absent_ok: bool = False, **kwargs: Any) -> httpx.Response | None:
+        """The server's answer; with ``absent_ok``, None where it answers 404."""
         attempts = 1 if method == "POST" else 3  # reads and cancels are safe to send again (POSTs carry an Idempotency-Key)
         for attempt in range(attempts):
             try:
@@ -54,6 +55,8 @@ class ServiceClient:
                 if attempt == attempts - 1:
                     raise UserError(f"cannot reach the server at {self.url}: {error}") from None
                 time.sleep(0.5 * (attempt + 1))
+        if absent_ok and response.status_code == 404:
+            return None
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail")
@@ -77,6 +80,11 @@ class ServiceClient:
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{job_id}")
 
+    def job_if_given(self, job_id: str) -> dict[str, Any] | None:
+        """The job, None where the server does not give it to this token (absent, or another token's)."""
+        response = self._send("GET", f"/v1/jobs/{job_id}", absent_ok=True)
+        return None if response is None else response.json()
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/jobs/{job_id}")
 
@@ -84,32 +92,14 @@ class ServiceClient:
         """The batch's finished episodes (its results.jsonl records)."""
         return self._call("GET", f"/v1/batches/{job_id}/results")
 
-    def batch_report(self, job_id: str) -> str | None:
-        """The batch's report.html, None when it has none (yet)."""
-        response = self.http.get(f"/v1/batches/{job_id}/report")
-        if response.status_code == 404:
-            return None
-        if response.status_code >= 400:
-            raise UserError(f"the server answered {response.status_code}: {response.text[:300]}")
-        return response.text
-
-    def _optional(self, path: str) -> httpx.Response | None:
-        """GET ``path``; None when the server answers 404."""
-        try:
-            return self._send("GET", path)
-        except UserError as error:
-            if "answered 404" in str(error):
-                return None
-            raise
-
     def episode_trajectory(self, job_id: str, run_dir: str) -> str | None:
         """A batch episode's trajectory (JSON text), ``run_dir`` being its ``runs/EPISODE/TRY``; None when it has none."""
-        response = self._optional(f"/v1/batches/{job_id}/{run_dir}/trajectory")
+        response = self._send("GET", f"/v1/batches/{job_id}/{run_dir}/trajectory", absent_ok=True)
         return None if response is None else response.text
 
     def episode_best(self, job_id: str, run_dir: str) -> str | None:
         """A batch episode's best solution; None when it has none."""
-        response = self._optional(f"/v1/batches/{job_id}/{run_dir}/best")
+        response = self._send("GET", f"/v1/batches/{job_id}/{run_dir}/best", absent_ok=True)
         return None if response is None else response.text
 
     def events(self, job_id: str) -> Iterator[tuple[str, dict[str, Any]]]:

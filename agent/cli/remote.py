@@ -129,11 +129,9 @@ def remote_batch(server: str, config: dict[str, Any], config_text: str, out) -> 
             batch_copy.mark(folder, server, job_id, config)
             console.print(f"batch job {job_id} on {server} ({server.rstrip('/')}/jobs/{job_id})", highlight=False)
         else:
-            try:
-                client.job(job_id)
-            except UserError as error:
+            if client.job_if_given(job_id) is None:
                 raise UserError(f"{folder} is the copy of job {job_id} of {server}, but the server does not give it to this "
-                                f"token ({error}); choose another --out") from None
+                                f"token (no such job, or another token's); choose another --out")
             console.print(f"{folder} is the copy of batch job {job_id} on {server}: following it again "
                           f"({server.rstrip('/')}/jobs/{job_id})", highlight=False)
 
@@ -168,7 +166,8 @@ def remote_batch(server: str, config: dict[str, Any], config_text: str, out) -> 
     if stats.get("stopped_by_cost"):
         console.print(f"[yellow]stopped at the spend cap: {stats['stopped_by_cost']} episodes not run[/]")
     if job["status"] != "done":
-        console.print(f"job {job_id} {job['status']}: {job.get('error') or ''}", highlight=False)
+        console.print(f"job {job_id} {job['status']}: {job.get('error') or ''} ({folder} keeps what it finished; to run the "
+                      f"batch again, choose another --out)", highlight=False)
     console.print(f"results: {folder / 'results.jsonl'}  summary: {folder / 'summary.json'}"
                   + (f"  report: {folder / 'report.html'}" if fetched.report_written else "")
                   + f"  episodes' trajectories: {folder / 'runs'} ({fetched.trajectories_fetched} fetched now"
