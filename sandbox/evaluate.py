@@ -24,6 +24,7 @@ from sandbox.readiness import wait_readable
 log = structlog.get_logger(__name__)
 
 HARNESS_SLACK_S = 60.0  # beyond the sum of stage timeouts, before the sandbox kills the harness
+CLOSE_WAIT_S = 10.0  # for a warm harness to end its groups once asked, before it is killed
 
 
 def harness_budget_s(config: HarnessConfig) -> float:
@@ -109,10 +110,19 @@ class WarmEvaluator:
         return report
 
     def close(self) -> None:
+        """End the harness and every rank group it keeps: asked first (its input closed, it ends
+        them and waits until they are gone), killed when it does not end within CLOSE_WAIT_S.
+        Killed, it leaves nothing either: a jail ends with its keeper's control pipe, a
+        reference zygote with its parent."""
         if self.process is not None:
-            import os
             import signal
+            import subprocess
 
+            try:
+                self.process.stdin.close()
+                self.process.wait(CLOSE_WAIT_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

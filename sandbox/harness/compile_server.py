@@ -10,6 +10,7 @@ reads the cache, so it cannot load what other solutions (or the oracles) compile
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import shutil
@@ -127,12 +128,11 @@ class CompileServer:
         if "#" not in payload["source"].replace("#include", ""):
             return  # no macros, no pasting: the raw text was enough
         try:
-            text = build.preprocess_cuda(payload["source"], payload["options"], self.cache_dir, confine=confined_command)
+            found = _multicast_after_preprocessing(payload["source"], tuple(payload["options"]), str(self.cache_dir))
         except build.CompileError:
             return  # the build proper reports the error
-        match = MULTICAST.search(text)
-        if match:
-            raise CompileRefused(f"{MULTICAST_MESSAGE} the preprocessed source ({match.group(0)!r})")
+        if found:
+            raise CompileRefused(f"{MULTICAST_MESSAGE} the preprocessed source ({found!r})")
 
     def _seal(self, artifact: Path) -> None:
         self._seal_path(artifact).write_text(self._digest(artifact))
@@ -157,3 +157,14 @@ class CompileServer:
             shutil.copyfile(artifact, tmp)
             tmp.replace(target)
         return target
+
+
+@functools.lru_cache(maxsize=256)
+def _multicast_after_preprocessing(source: str, options: tuple[str, ...], cache_dir: str) -> str | None:
+    """What of ``source`` names multicast once nvcc's preprocessor ran (None: nothing). Kept per
+    source and options for the life of this process: a long-lived harness judges the same kernel
+    again and again, and a confined ``nvcc -E`` costs a fraction of a second each time (the
+    headers it can include are the toolkit's, unchanged while the process runs)."""
+    text = build.preprocess_cuda(source, options, Path(cache_dir), confine=confined_command)
+    match = MULTICAST.search(text)
+    return match.group(0) if match else None

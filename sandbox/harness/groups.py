@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,7 @@ class RankGroup:
             reader.start()
         self.alive = [True] * world
         self.closed = False
+        self._kill_lock = threading.Lock()
         self.overheads: list[float] | None = None  # each rank's empty timed interval, once it said it is ready
         self.device_barrier = False
         self.loaded = False  # its module is imported (a reference group kept warm stays loaded)
@@ -229,16 +231,17 @@ class RankGroup:
         self.kill()
 
     def kill(self) -> None:
-        if self.closed:
-            return
-        if self.memory_watch is not None:
-            self.memory_watch.stop()
-        self.process.kill()
-        for channel in self.channels:
-            channel.close()
-        for reader in [*self.readers, self.zygote_log]:
-            reader.join(2.0)
-        self.closed = True
+        with self._kill_lock:  # a warm group may be ended by two threads at once (sandbox/harness/warm.py)
+            if self.closed:
+                return
+            if self.memory_watch is not None:
+                self.memory_watch.stop()
+            self.process.kill()
+            for channel in self.channels:
+                channel.close()
+            for reader in [*self.readers, self.zygote_log]:
+                reader.join(2.0)
+            self.closed = True
 
 
 def _close(fds: list[int]) -> None:

@@ -12,8 +12,10 @@ evaluation of the same problem and shape to the next unless anything went wrong 
 from __future__ import annotations
 
 import itertools
+import queue
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from sandbox.harness.launch import candidate_launcher, packages_dir, reference_l
 log = structlog.get_logger(__name__)
 
 PREFETCH_READY_S = 180.0
+POOL_DEPTH = 3  # candidate groups started ahead per kind: enough that one is ready when an evaluation begins
+MAX_POOLED_GROUPS = 6  # started ahead in all, over every kind (each holds its ranks' memory, a device context)
 
 
 @dataclass(frozen=True)
@@ -85,15 +89,39 @@ class FreshGroups:
                 group.close()
 
 
-class WarmGroups:
-    """Groups kept ready between the evaluations of one long-lived harness, under ``root``."""
+class _Pending:
+    """A candidate group started ahead: ``group`` once started, ``ready`` once its ranks said so;
+    ``done`` is set when it is known whether they will."""
 
-    def __init__(self, root: Path, depth: int = 2):
-        self.root, self.depth = root, depth
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.group: RankGroup | None = None
+        self.ready = False
+
+
+class WarmGroups:
+    """Groups kept ready between the evaluations of one long-lived harness, under ``root``.
+
+    Candidate groups come from a pool per key, ``depth`` deep: each one taken is replaced at once,
+    so the next is usually ready when its evaluation begins. Starting, and ending used groups, is
+    the work of one thread that lives as long as this object (a zygote dies with the thread that
+    started it): the report of a correct evaluation does not wait for its group's end, and
+    ``acquire`` waits until every group handed back is gone (its memory free again) before it
+    hands out the next. No group is ever handed out twice."""
+
+    def __init__(self, root: Path, depth: int = POOL_DEPTH, max_groups: int = MAX_POOLED_GROUPS):
+        self.root, self.depth, self.max_groups = root, depth, max_groups
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._references: dict[GroupKey, RankGroup] = {}
-        self._candidates: dict[GroupKey, list[tuple[threading.Thread, list]]] = {}  # oldest first
+        self._candidates: dict[GroupKey, list[_Pending]] = {}  # oldest first
+        self._used: dict[GroupKey, float] = {}  # key -> when a group of it was last taken
+        self._jobs: queue.Queue = queue.Queue()  # for the starting thread
+        self._ending = 0  # groups handed back and not yet ended
+        self._ended = threading.Condition(self._lock)
+        self._closed = False
+        self._worker = threading.Thread(target=self._work, name="warm-groups", daemon=True)
+        self._worker.start()
 
     def _folder(self, role: str) -> Path:
         return self.root / f"{role}-{next(self._ids)}"
@@ -111,76 +139,165 @@ class WarmGroups:
         config = evaluation.config
         with self._lock:
             reference = self._references.pop(ref_key, None)
-            queue = self._candidates.get(cand_key) or []
-            pending = queue.pop(0) if queue else None
+            pool = self._candidates.setdefault(cand_key, [])
+            pending = pool.pop(0) if pool else None
+            self._used[cand_key] = time.monotonic()
+        self._refill(evaluation, cand_key)  # the replacement starts now, while this evaluation runs
         if reference is None:
             reference = start_reference(config.world, config.device, evaluation.problem.ref, evaluation.dtype, evaluation.shape,
                                         self._folder("reference"))
+        reference.spent_s = {}  # this evaluation's own (a kept group counted the earlier ones)
         candidate = None
         if pending is not None:
-            thread, holder = pending
-            thread.join()
-            candidate = holder[0] if holder else None
+            pending.done.wait()
+            candidate = pending.group if pending.ready else None
+        if config.device != "cpu":  # a device's memory, and its time, are free of the groups handed back before
+            self.wait_ended()       # this evaluation counts on them (on the host, a killed process runs nothing more)
         if candidate is None:
             candidate = start_candidate(config.world, config.device, config.allow_nccl, self._folder("candidate"),
                                         evaluation.dtype, evaluation.shape)
         return reference, candidate
 
     def release(self, evaluation, reference: RankGroup | None, candidate: RankGroup | None) -> None:
+        """The candidate group ends (it ran candidate code): in the background after a correct
+        verdict, here otherwise (its ranks' last words then complete in the report's logs)."""
         ref_key, cand_key = self._keys(evaluation)
         if candidate is not None:
-            candidate.close()
-            shutil.rmtree(candidate.workdir, ignore_errors=True)
-            shutil.rmtree(packages_dir(candidate.workdir), ignore_errors=True)
+            if evaluation.report.status == "correct":
+                self._end(candidate)
+            else:
+                _end_candidate(candidate)
         if reference is not None:
             if reference.healthy and reference.loaded and not reference.closed:
                 with self._lock:
                     old = self._references.pop(ref_key, None)
                     self._references[ref_key] = reference
                 if old is not None:
-                    old.close()
+                    self._end(old)
             else:
                 reference.close()
+
+    def wait_ended(self, timeout_s: float | None = None) -> bool:
+        """Wait until every group handed back has ended; False if ``timeout_s`` passed first."""
+        with self._ended:
+            return self._ended.wait_for(lambda: self._ending == 0, timeout_s)
+
+    def ready_count(self, evaluation, timeout_s: float = 0.0) -> int:
+        """How many candidate groups for ``evaluation``'s kind are started ahead and ready, once
+        each has become ready or failed (waiting up to ``timeout_s`` in all)."""
+        _, key = self._keys(evaluation)
         with self._lock:
-            missing = self.depth - len(self._candidates.get(cand_key, []))
-        for _ in range(missing):
-            self.prefetch(evaluation, cand_key)
+            entries = list(self._candidates.get(key, []))
+        deadline = time.monotonic() + timeout_s
+        for entry in entries:
+            entry.done.wait(max(deadline - time.monotonic(), 0.0))
+        return sum(entry.ready for entry in entries)
 
-    def prefetch(self, evaluation, key: GroupKey) -> None:
-        """Start the next candidate group now and let it get ready in the background. Started
-        from this (the main) thread: a process started by a thread that then ends would be killed
-        with it (the zygote dies with its parent thread)."""
+    # ---------------------------------------------------------------- the worker's jobs
+    def _refill(self, evaluation, key: GroupKey) -> None:
         config = evaluation.config
-        holder: list[RankGroup] = []
-        try:
-            group = start_candidate(config.world, config.device, config.allow_nccl, self._folder("candidate"),
-                                    evaluation.dtype, evaluation.shape)
-        except Exception as error:  # noqa: BLE001 - the next evaluation starts its own instead
-            log.warning("could not start a candidate group ahead", error=f"{type(error).__name__}: {error}")
-            return
+        spec = (config.world, config.device, config.allow_nccl, evaluation.dtype, dict(evaluation.shape))
+        with self._lock:
+            if self._closed:
+                return
+            missing = self.depth - len(self._candidates.setdefault(key, []))
+            entries = [_Pending() for _ in range(max(missing, 0))]
+            self._candidates[key].extend(entries)
+            evicted = self._evict_locked()
+        for entry in entries:
+            self._jobs.put(("start", entry, spec))
+        for entry in evicted:
+            self._jobs.put(("drop", entry, None))
 
-        def wait_ready() -> None:
-            answers = group.collect(m.Ready, PREFETCH_READY_S, "start-up")
-            if all(isinstance(a, Answer) for a in answers):
+    def _evict_locked(self) -> list[_Pending]:
+        """Pools of the least recently used keys, beyond ``max_groups`` started ahead in all."""
+        evicted = []
+        for key in sorted(self._candidates, key=lambda k: self._used.get(k, 0.0)):
+            while sum(map(len, self._candidates.values())) > self.max_groups and self._candidates[key]:
+                evicted.append(self._candidates[key].pop())
+        return evicted
+
+    def _end(self, group: RankGroup) -> None:
+        """End ``group`` in the background (killing needs no particular thread)."""
+        with self._lock:
+            self._ending += 1
+
+        def end() -> None:
+            try:
+                _end_candidate(group) if group.role == "candidate" else group.close()
+            except Exception as error:  # noqa: BLE001 - counted as ended: close() kills what is left
+                log.warning("could not end a rank group", error=f"{type(error).__name__}: {error}")
+            finally:
+                with self._ended:
+                    self._ending -= 1
+                    self._ended.notify_all()
+
+        threading.Thread(target=end, name="warm-group-end", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            job, subject, spec = self._jobs.get()
+            if job == "stop":
+                return
+            try:
+                if job == "start":
+                    self._start(subject, spec)
+                elif job == "drop":
+                    if subject.group is not None:
+                        _end_candidate(subject.group)
+            except Exception as error:  # noqa: BLE001 - the worker must outlive any one job
+                log.warning("a warm group job failed", job=job, error=f"{type(error).__name__}: {error}")
+
+    def _start(self, entry: _Pending, spec: tuple) -> None:
+        world, device, allow_nccl, dtype, shape = spec
+        if self._closed:
+            entry.done.set()
+            return
+        try:
+            group = start_candidate(world, device, allow_nccl, self._folder("candidate"), dtype, shape)
+        except Exception as error:  # noqa: BLE001 - the evaluation that takes it starts its own instead
+            log.warning("could not start a candidate group ahead", error=f"{type(error).__name__}: {error}")
+            entry.done.set()
+            return
+        entry.group = group
+
+        def wait_ready() -> None:  # only reads: the group's processes belong to the worker thread
+            try:
+                answers = group.collect(m.Ready, PREFETCH_READY_S, "start-up")
+            except Exception:  # noqa: BLE001 - a timeout: not ready
+                answers = []
+            if answers and all(isinstance(a, Answer) for a in answers) and not group.closed:
                 group.overheads = [a.reply.overhead_ms for a in answers]
                 group.device_barrier = all(a.reply.device_barrier for a in answers)
-                holder.append(group)
+                entry.ready = True
             else:
-                group.close()
+                _end_candidate(group)
+            entry.done.set()
 
-        thread = threading.Thread(target=wait_ready, daemon=True)
-        thread.start()
-        with self._lock:
-            self._candidates.setdefault(key, []).append((thread, holder))
+        threading.Thread(target=wait_ready, name="warm-group-ready", daemon=True).start()
 
     def close(self) -> None:
+        """End every group: kept, started ahead, or still ending; returns when all are gone."""
         with self._lock:
-            references, candidates = list(self._references.values()), list(self._candidates.values())
+            self._closed = True  # from now on nothing is started
+            references = list(self._references.values())
+            entries = [entry for pool in self._candidates.values() for entry in pool]
             self._references.clear()
             self._candidates.clear()
+        self._jobs.put(("stop", None, None))
+        self._worker.join()  # every job before the stop is done
         for group in references:
             group.close()
-        for thread, holder in (entry for queue in candidates for entry in queue):
-            thread.join()
-            for group in holder:
-                group.close()
+        for entry in entries:
+            if entry.group is not None:
+                _end_candidate(entry.group)  # a group still starting too: its ready-waiter then sees it closed
+            entry.done.wait(PREFETCH_READY_S)
+        self.wait_ended()
+
+
+def _end_candidate(group: RankGroup) -> None:
+    """Kill a candidate group's whole tree (waits until it is gone) and remove its folders."""
+    group.close()
+    if group.workdir is not None:
+        shutil.rmtree(group.workdir, ignore_errors=True)
+        shutil.rmtree(packages_dir(group.workdir), ignore_errors=True)

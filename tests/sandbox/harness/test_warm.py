@@ -1,0 +1,156 @@
+"""The warm path's rank groups (sandbox/harness/warm.py, sandbox/evaluate.py WarmEvaluator): a
+candidate group is started ahead and ready when an evaluation begins, no group that ran a
+candidate is handed to another, and nothing a warm harness started outlives it, closed or killed.
+
+Real processes throughout: a long-lived harness (``python -m sandbox.harness.serve``) in a local
+sandbox, or WarmGroups driven in this process, with jailed candidate ranks on the CPU (gloo).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.fixtures.candidates import HERE as CANDIDATES
+from tests.fixtures.candidates import source
+
+MARKS = "all_reduce_marks_its_process"
+READY_WAIT_S = 180.0
+
+
+def _config(**overrides):
+    from sandbox.harness.config import HarnessConfig, StageTimeouts
+
+    base = dict(problem="all_reduce", world=1, device="cpu", allow_nccl=True, trials=2, timed=False, size="small",
+                profile=False, timeouts=StageTimeouts(startup_s=180, build_s=180, correctness_s=90, performance_s=180))
+    return HarnessConfig(**{**base, **overrides})
+
+
+def _token(report) -> str:
+    text = "\n".join(excerpt.text() for excerpt in report.logs if "candidate rank 0" in excerpt.name)
+    return next((line.split()[1] for line in text.splitlines() if line.startswith("kloop-token ")), "")
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def _still_running(processes: list[psutil.Process], wait_s: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive or time.monotonic() > deadline:
+            return [f"{p.pid}: {' '.join(p.cmdline())[:120]}" for p in alive]
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def box(tmp_path):
+    from sandbox.backends import LocalSandbox
+
+    with LocalSandbox(env={"KLOOP_CACHE_DIR": str(tmp_path / "cache")}) as sandbox:
+        yield sandbox
+
+
+# ---------------------------------------------------------------------------- the trust boundary
+def test_no_candidate_gets_a_group_that_ran_another(box):
+    """The marking fixture crashes wherever an earlier candidate's process or folder is reused:
+    through one warm harness, evaluation after evaluation, every one is correct, each in a
+    process of its own (its own token)."""
+    from sandbox.evaluate import WarmEvaluator
+
+    config = _config()
+    with WarmEvaluator(box) as warm:
+        reports = [warm.evaluate(source(MARKS), config) for _ in range(4)]
+    assert [r.status for r in reports] == ["correct"] * 4, [r.message for r in reports]
+    tokens = [_token(r) for r in reports]
+    assert all(tokens) and len(set(tokens)) == 4, tokens
+
+
+def test_the_marking_fixture_sees_a_reused_process(tmp_path, monkeypatch):
+    """Control: imported twice in one process (as a reused rank would), the fixture refuses the
+    second time, naming its marks; so the test above would fail were a group reused."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    path = CANDIDATES / f"{MARKS}.py"
+    try:
+        for attempt in range(2):
+            spec = importlib.util.spec_from_file_location(f"kloop_marks_{attempt}", path)
+            module = importlib.util.module_from_spec(spec)
+            if attempt == 0:
+                spec.loader.exec_module(module)
+            else:
+                with pytest.raises(RuntimeError, match="ran a candidate before.*sys.path"):
+                    spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = [entry for entry in sys.path if not entry.startswith("/kloop-reuse-mark/")]
+
+
+# ---------------------------------------------------------------------------- groups kept ready
+def test_warm_groups_keep_fresh_groups_ready_and_end_used_ones(tmp_path, monkeypatch):
+    """A group taken is replaced at once (the pool stays full), the next evaluation gets a group
+    already ready and never the one before, and a group handed back is gone once ``wait_ended``
+    returns; close ends every group started ahead."""
+    from sandbox.harness.pipeline import Evaluation
+    from sandbox.harness.warm import WarmGroups
+
+    monkeypatch.setenv("KLOOP_CACHE_DIR", str(tmp_path / "cache"))
+    groups = WarmGroups(tmp_path / "groups", depth=2)
+    evaluations = []
+    try:
+        taken = []
+        for index in range(3):
+            folder = tmp_path / f"eval-{index}"
+            folder.mkdir()
+            evaluation = Evaluation(_config(), folder, groups=groups)
+            evaluations.append(evaluation)
+            if index > 0:
+                assert groups.ready_count(evaluation, READY_WAIT_S) == 2
+            reference, candidate = groups.acquire(evaluation)
+            assert groups.ready_count(evaluation) <= 2
+            if index > 0:
+                assert candidate.overheads is not None, "the group was not started ahead and ready"
+            assert all(candidate is not other for other, _ in taken)
+            processes = _descendants(candidate.process.pid) + [psutil.Process(candidate.process.pid)]
+            evaluation.report.status = "correct"  # handed back in the background, as after a correct verdict
+            groups.release(evaluation, reference, candidate)
+            assert groups.wait_ended(30.0)
+            assert candidate.closed and not candidate.workdir.exists()
+            assert _still_running(processes, wait_s=2.0) == []
+            taken.append((candidate, processes))
+        pooled = [p for entry in groups._candidates.values() for e in entry if e.group for p in
+                  [psutil.Process(e.group.process.pid), *_descendants(e.group.process.pid)]]
+        assert pooled, "nothing was started ahead"
+    finally:
+        groups.close()
+    assert _still_running(pooled) == []
+
+
+# ---------------------------------------------------------------------------- nothing outlives the harness
+@pytest.mark.parametrize("how", ["closed", "killed"])
+def test_no_process_of_a_warm_harness_outlives_it(box, how):
+    """Every process below the warm harness (the reference's ranks, candidate groups started
+    ahead, those still ending) is gone once the evaluator is closed, or once the harness is
+    killed outright."""
+    from sandbox.evaluate import WarmEvaluator
+
+    warm = WarmEvaluator(box)
+    try:
+        report = warm.evaluate(source("all_reduce_fp32"), _config())
+        assert report.status == "correct", report.message
+        time.sleep(1.0)  # the groups started ahead are on their way
+        below = _descendants(warm.process.pid)
+        assert any("sandbox.rank" in " ".join(p.cmdline()) for p in below), [p.cmdline() for p in below]
+        assert any("reference_rank" in " ".join(p.cmdline()) for p in below)
+        if how == "killed":
+            os.kill(warm.process.pid, signal.SIGKILL)
+            warm.process.wait()
+    finally:
+        warm.close()
+    assert _still_running(below, wait_s=15.0) == []
