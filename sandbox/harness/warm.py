@@ -2,10 +2,10 @@
 
 ``FreshGroups`` starts both for one evaluation and ends both after it (``python -m
 sandbox.harness``). ``WarmGroups`` serves a long-lived harness (``python -m
-sandbox.harness.serve``, for batches and the service): it keeps a candidate group started ahead
-(its jail made, torch imported, device and process group ready, calibrated) so an evaluation
-begins with its ranks waiting, and it ends that group after its one candidate: a process that
-ran candidate code is never reused. The reference's group, trusted code, is kept from one
+sandbox.harness.serve``, for batches and the service): it keeps candidate groups started ahead
+(their jails made, torch imported, device and process group ready) so an evaluation begins with
+its ranks waiting, and it ends each group after its one candidate: a process that ran candidate
+code is never reused. The reference's group, trusted code, is kept from one
 evaluation of the same problem and shape to the next unless anything went wrong with it.
 """
 
@@ -30,7 +30,8 @@ log = structlog.get_logger(__name__)
 
 PREFETCH_READY_S = 180.0
 POOL_DEPTH = 3  # candidate groups started ahead per kind: enough that one is ready when an evaluation begins
-MAX_POOLED_GROUPS = 6  # started ahead in all, over every kind (each holds its ranks' memory, a device context)
+MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds memory, on a GPU a device context)
+MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for each rank of a group started ahead
 
 
 @dataclass(frozen=True)
@@ -102,15 +103,16 @@ class _Pending:
 class WarmGroups:
     """Groups kept ready between the evaluations of one long-lived harness, under ``root``.
 
-    Candidate groups come from a pool per key, ``depth`` deep: each one taken is replaced at once,
-    so the next is usually ready when its evaluation begins. Starting, and ending used groups, is
-    the work of one thread that lives as long as this object (a zygote dies with the thread that
-    started it): the report of a correct evaluation does not wait for its group's end, and
-    ``acquire`` waits until every group handed back is gone (its memory free again) before it
-    hands out the next. No group is ever handed out twice."""
+    Candidate groups come from a pool per kind, ``depth`` deep (fewer for many ranks: at most
+    ``max_ranks`` ranks started ahead in all, and only while the host has the memory): each one
+    taken is replaced at once, so the next is usually ready when its evaluation begins. One
+    thread that lives as long as this object starts them (a zygote dies with the thread that
+    started it). A correct evaluation's report does not wait for its group's end; ``acquire``
+    waits until every group handed back is gone (its memory and its share of the machine free
+    again: a timing must not share it with a dying group) before it hands out the next. No group is ever handed out twice."""
 
-    def __init__(self, root: Path, depth: int = POOL_DEPTH, max_groups: int = MAX_POOLED_GROUPS):
-        self.root, self.depth, self.max_groups = root, depth, max_groups
+    def __init__(self, root: Path, depth: int = POOL_DEPTH, max_ranks: int = MAX_POOLED_RANKS):
+        self.root, self.depth, self.max_ranks = root, depth, max_ranks
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._references: dict[GroupKey, RankGroup] = {}
@@ -151,8 +153,7 @@ class WarmGroups:
         if pending is not None:
             pending.done.wait()
             candidate = pending.group if pending.ready else None
-        if config.device != "cpu":  # a device's memory, and its time, are free of the groups handed back before
-            self.wait_ended()       # this evaluation counts on them (on the host, a killed process runs nothing more)
+        self.wait_ended()  # the memory and the time the groups handed back held are free before this evaluation counts on them
         if candidate is None:
             candidate = start_candidate(config.world, config.device, config.allow_nccl, self._folder("candidate"),
                                         evaluation.dtype, evaluation.shape)
@@ -200,7 +201,8 @@ class WarmGroups:
         with self._lock:
             if self._closed:
                 return
-            missing = self.depth - len(self._candidates.setdefault(key, []))
+            depth = min(self.depth, max(1, self.max_ranks // key.world))
+            missing = min(depth - len(self._candidates.setdefault(key, [])), _affordable(key.world))
             entries = [_Pending() for _ in range(max(missing, 0))]
             self._candidates[key].extend(entries)
             evicted = self._evict_locked()
@@ -210,10 +212,10 @@ class WarmGroups:
             self._jobs.put(("drop", entry, None))
 
     def _evict_locked(self) -> list[_Pending]:
-        """Pools of the least recently used keys, beyond ``max_groups`` started ahead in all."""
+        """Groups of the least recently used kinds, beyond ``max_ranks`` ranks started ahead in all."""
         evicted = []
         for key in sorted(self._candidates, key=lambda k: self._used.get(k, 0.0)):
-            while sum(map(len, self._candidates.values())) > self.max_groups and self._candidates[key]:
+            while sum(k.world * len(pool) for k, pool in self._candidates.items()) > self.max_ranks and self._candidates[key]:
                 evicted.append(self._candidates[key].pop())
         return evicted
 
@@ -293,6 +295,13 @@ class WarmGroups:
                 _end_candidate(entry.group)  # a group still starting too: its ready-waiter then sees it closed
             entry.done.wait(PREFETCH_READY_S)
         self.wait_ended()
+
+
+def _affordable(world: int) -> int:
+    """How many more groups of ``world`` ranks the host's available memory allows to start ahead."""
+    import psutil
+
+    return int(psutil.virtual_memory().available // (world * MIN_AVAILABLE_BYTES_PER_RANK))
 
 
 def _end_candidate(group: RankGroup) -> None:
