@@ -10,7 +10,6 @@ reads the cache, so it cannot load what other solutions (or the oracles) compile
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import shutil
@@ -128,7 +127,7 @@ class CompileServer:
         if "#" not in payload["source"].replace("#include", ""):
             return  # no macros, no pasting: the raw text was enough
         try:
-            found = _multicast_after_preprocessing(payload["source"], tuple(payload["options"]), str(self.cache_dir))
+            found = _multicast_after_preprocessing(payload["source"], tuple(payload["options"]), self.cache_dir)
         except build.CompileError:
             return  # the build proper reports the error
         if found:
@@ -159,12 +158,21 @@ class CompileServer:
         return target
 
 
-@functools.lru_cache(maxsize=256)
-def _multicast_after_preprocessing(source: str, options: tuple[str, ...], cache_dir: str) -> str | None:
+
+_PREPROCESSED: dict[tuple[str, tuple[str, ...]], str | None] = {}  # (source, options) -> what named multicast
+_PREPROCESSED_KEPT = 256
+
+
+def _multicast_after_preprocessing(source: str, options: tuple[str, ...], cache_dir: Path) -> str | None:
     """What of ``source`` names multicast once nvcc's preprocessor ran (None: nothing). Kept per
     source and options for the life of this process: a long-lived harness judges the same kernel
     again and again, and a confined ``nvcc -E`` costs a fraction of a second each time (the
     headers it can include are the toolkit's, unchanged while the process runs)."""
-    text = build.preprocess_cuda(source, options, Path(cache_dir), confine=confined_command)
-    match = MULTICAST.search(text)
-    return match.group(0) if match else None
+    key = (source, options)
+    if key not in _PREPROCESSED:
+        text = build.preprocess_cuda(source, options, cache_dir, confine=confined_command)
+        match = MULTICAST.search(text)
+        if len(_PREPROCESSED) >= _PREPROCESSED_KEPT:
+            _PREPROCESSED.pop(next(iter(_PREPROCESSED)))  # the oldest
+        _PREPROCESSED[key] = match.group(0) if match else None
+    return _PREPROCESSED[key]

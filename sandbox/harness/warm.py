@@ -150,10 +150,15 @@ class WarmGroups:
                                         self._folder("reference"))
         reference.spent_s = {}  # this evaluation's own (a kept group counted the earlier ones)
         candidate = None
+        waited = time.perf_counter()
         if pending is not None:
             pending.done.wait()
             candidate = pending.group if pending.ready else None
+        ending = time.perf_counter()
         self.wait_ended()  # the memory and the time the groups handed back held are free before this evaluation counts on them
+        spent = evaluation.parent_spent_s  # in the report's harness breakdown
+        spent["waiting for a group started ahead"] = ending - waited
+        spent["waiting for used groups to end"] = time.perf_counter() - ending
         if candidate is None:
             candidate = start_candidate(config.world, config.device, config.allow_nccl, self._folder("candidate"),
                                         evaluation.dtype, evaluation.shape)
