@@ -29,7 +29,10 @@ from sandbox.harness.launch import candidate_launcher, packages_dir, reference_l
 log = structlog.get_logger(__name__)
 
 PREFETCH_READY_S = 180.0
-POOL_DEPTH = 3  # candidate groups started ahead per kind: enough that one is ready when an evaluation begins
+# candidate groups started ahead per kind: the one started when an evaluation begins is taken four evaluations
+# later, and a group's start-up (jail, torch, device, process group) takes about as long as three or four
+# evaluations of a small problem on a GPU host
+POOL_DEPTH = 4
 MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds memory, on a GPU a device context)
 MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for each rank of a group started ahead
 
