@@ -112,7 +112,8 @@ class WarmGroups:
     thread that lives as long as this object starts them (a zygote dies with the thread that
     started it). A correct evaluation's report does not wait for its group's end; ``acquire``
     waits until every group handed back is gone (its memory and its share of the machine free
-    again: a timing must not share it with a dying group) before it hands out the next. No group is ever handed out twice."""
+    again: a timing must not share it with a dying group) before it hands out the next. No group
+    is ever handed out twice."""
 
     def __init__(self, root: Path, depth: int = POOL_DEPTH, max_ranks: int = MAX_POOLED_RANKS):
         self.root, self.depth, self.max_ranks = root, depth, max_ranks
@@ -157,6 +158,9 @@ class WarmGroups:
         if pending is not None:
             pending.done.wait()
             candidate = pending.group if pending.ready else None
+            if candidate is not None and (candidate.process.poll() is not None or not all(candidate.alive)):
+                self._end(candidate)  # died while it waited (killed for memory, say): never handed out
+                candidate = None
         ending = time.perf_counter()
         self.wait_ended()  # the memory and the time the groups handed back held are free before this evaluation counts on them
         spent = evaluation.parent_spent_s  # in the report's harness breakdown
