@@ -29,9 +29,9 @@ from sandbox.harness.launch import candidate_launcher, packages_dir, reference_l
 log = structlog.get_logger(__name__)
 
 PREFETCH_READY_S = 180.0
-# candidate groups started ahead per kind: the one started when an evaluation begins is taken four evaluations
-# later, and a group's start-up (jail, torch, device, process group) takes about as long as three or four
-# evaluations of a small problem on a GPU host
+# candidate groups started ahead per kind: the one started as an evaluation ends is taken when the fourth after
+# it begins, and a group's start-up (jail, torch, device, process group) takes about as long as three small
+# evaluations on a GPU host
 POOL_DEPTH = 4
 MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds memory, on a GPU a device context)
 MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for each rank of a group started ahead
@@ -108,7 +108,7 @@ class WarmGroups:
 
     Candidate groups come from a pool per kind, ``depth`` deep (fewer for many ranks: at most
     ``max_ranks`` ranks started ahead in all, and only while the host has the memory): each one
-    taken is replaced at once, so the next is usually ready when its evaluation begins. One
+    taken is replaced as its evaluation ends, so the next is usually ready when its evaluation begins. One
     thread that lives as long as this object starts them (a zygote dies with the thread that
     started it). A correct evaluation's report does not wait for its group's end; ``acquire``
     waits until every group handed back is gone (its memory and its share of the machine free
@@ -148,7 +148,6 @@ class WarmGroups:
             pool = self._candidates.setdefault(cand_key, [])
             pending = pool.pop(0) if pool else None
             self._used[cand_key] = time.monotonic()
-        self._refill(evaluation, cand_key)  # the replacement starts now, while this evaluation runs
         if reference is None:
             reference = start_reference(config.world, config.device, evaluation.problem.ref, evaluation.dtype, evaluation.shape,
                                         self._folder("reference"))
@@ -189,6 +188,11 @@ class WarmGroups:
                     self._end(old)
             else:
                 reference.close()
+        # the replacement starts once this evaluation's timings are over: a start-up (torch imported by every rank)
+        # beside the reference timed alone would make that time too slow, and hide a candidate that slows the
+        # reference down (tests/fixtures/hostile/spin_while_reference_runs.py); the thread that starts it lets
+        # the report go at once
+        self._refill(evaluation, cand_key)
 
     def wait_ended(self, timeout_s: float | None = None) -> bool:
         """Wait until every group handed back has ended; False if ``timeout_s`` passed first."""
