@@ -62,6 +62,7 @@ CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candi
 # alone: on a GPU, the job's own, an honest reference keeps its speed; on the host CPU a busy machine moves it more
 SLOWED_REFERENCE = {"cuda": 1.25, "cpu": 2.0}
 CALIBRATION_CALLS = 12  # harness-only calls timed in each group before candidate code runs (on a GPU)
+MAX_TIMED_FACTOR = 4  # timing goes on past the planned calls until the speedup is as precise as asked, to this many times them
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
 MAX_REVEAL_BYTES = 64 * 2**30
@@ -87,6 +88,8 @@ class Evaluation:
         self.parent_spent_s: dict[str, float] = {}  # the parent's own work: reading blobs, judging
         self.reference_calibration = timing.Series([])  # the harness's own per-call cost in each group (see _calibrate)
         self.candidate_calibration = timing.Series([])
+        self.reference_alone: timing.Series | None = None  # the reference timed before candidate code existed
+        self.reference_series: timing.Series | None = None  # the reference timed beside the candidate
         self.staged: dict[int, list[list[int]]] = {}  # round -> [rank][call]: inputs shared with the ranks (cpu)
         self.report = EvalReport(
             status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
@@ -301,12 +304,14 @@ class Evaluation:
         """A warm-up round and a timed round of the reference with no candidate code anywhere yet:
         work a candidate leaves running on the device or the host between its own rounds slows the
         interleaved reference rounds, never this one."""
-        size = self._round_size[0]
-        series = timing.Series(self.reference.overheads)
-        for count, kept in ((min(max(self.config.warmup, 1), size), False), (size, True)):
-            with self._made(self.plan.fresh_keys(count), set(), list(range(1900, 1900 + count))) as calls:
+        size, target = self._round_size
+        series = self.reference_alone = timing.Series(self.reference.overheads)
+        counts = [min(max(self.config.warmup, 1), size)] + [size] * max(MIN_ROUNDS, -(-target // size))
+        for index, count in enumerate(counts):  # as many calls as the interleaved timing plans: one round read as
+            label = 1900 + 100 * index  # slowed an honest candidate's reference (a 1.39x spread over 5 jobs on the H200)
+            with self._made(self.plan.fresh_keys(count), set(), list(range(label, label + count))) as calls:
                 record = self._timed_round(self.reference, calls, [])
-            if kept:
+            if index:
                 series.rounds.append(record)
         self.report.reference_alone_ms = round(statistics.median(series.steps()), 6)
 
@@ -487,6 +492,7 @@ class Evaluation:
                 if attempt + 1 == CLOCK_ATTEMPTS:
                     raise Verdict("rejected", f"{rejected} (in each of {CLOCK_ATTEMPTS} separate timings)") from None
                 self.report.notes.append(f"timing repeated: the first timing failed the clock check ({rejected})")
+        self.reference_series = reference
         self.report.reference_timing = self._timing(reference)
         self.report.candidate_timing = self._timing(candidate)
         median, note = timing.reported_ms(self.report.candidate_timing.median_ms, self.report.timing_check)
@@ -502,6 +508,12 @@ class Evaluation:
             self.report.speedup = round(ref_ms / cand.median_ms, 4)
             low, high = timing.speedup_interval(reference, candidate, reported=ref_ms / cand.median_ms)
             self.report.speedup_ci = [round(low, 4), round(high, 4)]
+            precision = self.config.resolved_timing_precision()
+            if precision and (high - low) / 2 > precision * self.report.speedup:
+                self.report.notes.append(
+                    f"the speedup's 95% interval ({low:.3f}-{high:.3f}) is wider than the precision asked (+-{precision:.0%}) "
+                    f"after {cand.iterations} timed calls: the timing budget or the call limit ran out; compare it with others "
+                    "by its interval, not its point")
         self._roofline(cand)
 
     def _reference_ms(self) -> float:
@@ -509,7 +521,9 @@ class Evaluation:
         when it ran more than SLOWED_REFERENCE times slower beside the candidate than alone
         (tests/fixtures/hostile/spin_while_reference_runs.py, cuda_spin_during_reference.py)."""
         beside, alone = self.report.reference_timing.median_ms, self.report.reference_alone_ms
-        if alone is None or alone <= 0 or beside <= SLOWED_REFERENCE.get(self.config.device, 2.0) * alone:
+        factor = SLOWED_REFERENCE.get(self.config.device, 2.0)
+        if not alone or self.reference_alone is None or not timing.slowed(self.reference_series.steps(),
+                                                                          self.reference_alone.steps(), factor):
             return beside
         self.report.notes.append(f"the reference ran {beside / alone:.2f}x slower beside the candidate ({beside:.4f} ms a call) than "
                                  f"alone before the candidate was loaded ({alone:.4f} ms): the speedup is taken against the "
@@ -525,7 +539,13 @@ class Evaluation:
             pair += 1
             self._timed_round_pair(size, reference, candidate, pair)
             calls_done = sum(len(r.wall_ms) for r in candidate.rounds)
-            if pair >= MIN_ROUNDS and (calls_done >= target or (time.monotonic() > deadline and calls_done >= 10)):
+            if pair < MIN_ROUNDS:
+                continue
+            late = time.monotonic() > deadline
+            if calls_done >= target and (late or calls_done >= MAX_TIMED_FACTOR * target
+                                         or timing.precise(reference, candidate, self.config.resolved_timing_precision())):
+                return reference, candidate
+            if late and calls_done >= 10:
                 return reference, candidate
 
     @functools.cached_property

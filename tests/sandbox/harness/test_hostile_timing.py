@@ -149,3 +149,38 @@ def test_a_ranks_words_render_inert():
     shown = buffer.getvalue()
     assert "\x1b" not in shown and "\x07" not in shown
     assert shown.count("[bold red]markup[/bold red]") == 3  # shown as written, in the message, the rank table and the step line
+
+
+def test_a_reference_slowed_beside_the_candidate_is_told_from_noise():
+    """The speedup is taken against the reference alone only when it ran slower beside the
+    candidate beyond the two samples' errors: on the H200 an honest candidate's reference read
+    1.32x slower beside it than in one round of 4 calls alone, and that job's speedup dropped
+    from about 0.7x to 0.54x (a 1.39x spread over 5 jobs)."""
+    rng = random.Random(11)
+    alone_few = [0.30 + rng.uniform(-0.03, 0.03) for _ in range(4)]
+    beside = [0.36 + rng.uniform(-0.09, 0.09) for _ in range(16)]
+    assert timing.statistics.median(beside) > 1.1 * timing.statistics.median(alone_few)
+    assert not timing.slowed(beside, [0.33 + rng.uniform(-0.09, 0.09) for _ in range(16)], 1.25)
+    spun = [13.0 * 0.35 + rng.uniform(-0.1, 0.1) for _ in range(16)]  # tests/fixtures/hostile/cuda_spin_during_reference.py
+    assert timing.slowed(spun, [0.35 + rng.uniform(-0.09, 0.09) for _ in range(16)], 1.25)
+    assert not timing.slowed([], [0.3], 1.25)
+
+
+def test_timing_goes_on_until_the_speedup_is_precise():
+    """A steady pair of series is precise enough at once; a noisy one is not, and more calls of it
+    make it so; no precision asked is always enough."""
+    def series(noise, n, seed):
+        rng = random.Random(seed)
+        claims = [1.0 + rng.uniform(-noise, noise) for _ in range(n)]
+        return _series(claims, [c + 2.0 for c in claims], rounds=n // 4)  # the pipeline adds rounds of 4 calls
+
+    assert timing.precise(series(0.01, 16, 1), series(0.01, 16, 2), 0.03)
+    assert not timing.precise(series(0.6, 16, 1), series(0.6, 16, 2), 0.03)
+    assert timing.precise(series(0.6, 16, 1), series(0.6, 16, 2), 0.0)
+    low, high = timing.speedup_interval(series(0.6, 16, 1), series(0.6, 16, 2))
+    wide = (high - low) / 2
+    # claims uniform in 0.4-1.6 ms: each median of 16 has a standard error near 0.15 ms, so the ratio's
+    # 95% half-width is near 0.4 (4 rounds resampled whole read 0.14)
+    assert wide > 0.25, wide
+    low, high = timing.speedup_interval(series(0.6, 400, 1), series(0.6, 400, 2))
+    assert 0.04 < (high - low) / 2 < wide / 3  # 25x the calls: about a fifth of it
