@@ -83,3 +83,37 @@ def test_float8_outputs_compare_by_value():
         reference = Expected(expected=[expected], outputs=1, mutated=[], shapes=[(256,)], dtypes=[name], native_max_abs_err=[0.0],
                              native_rms_err=[0.0])
         assert error_summary(reference, [moved])[0] > 0
+
+
+def test_the_quick_pass_agrees_with_the_full_check(monkeypatch):
+    """compare_tensor first tries one cheap pass (sandbox/harness/compare.py _within_bounds) and
+    leaves everything it cannot pass to the full check: on outputs that pass, miss one element,
+    drift in RMS only, hold NaN or infinities, and span several pieces, both say the same; neither
+    writes to the tensors it compares."""
+    import sandbox.harness.compare as compare
+
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 1000)  # several pieces, a partial last one
+    expected, native, native_max, native_rms = case()
+    one_off = native.clone()
+    one_off[4000] += 3.0
+    drift = (expected + 0.9 * native_max).bfloat16()  # every element inside its bound, the RMS error outside
+    nan_both, nan_got = expected.clone(), native.clone()
+    nan_both[7] = float("nan")
+    nan_got[7] = float("nan")
+    inf_same, inf_got = expected.clone(), native.clone()
+    inf_same[9] = float("inf")
+    inf_got[9] = float("inf")
+    cases = {"native": (native, expected), "one element": (one_off, expected), "drift": (drift, expected),
+             "nan where expected": (nan_got, nan_both), "nan not expected": (nan_got, expected),
+             "inf where expected": (inf_got, inf_same), "inf not expected": (inf_got, expected)}
+    quick = {}
+    for name, (got, want) in cases.items():
+        before = (got.clone(), want.clone())
+        quick[name] = check(got, want, native_max, native_rms)
+        assert torch.equal(got.nan_to_num(), before[0].nan_to_num()) and torch.equal(want.nan_to_num(), before[1].nan_to_num()), name
+    assert quick["native"] is None and quick["nan where expected"] is None and quick["inf where expected"] is None
+    assert quick["one element"].mismatched == 1 and "RMS" in quick["drift"].detail
+    monkeypatch.setattr(compare, "_within_bounds", lambda *args: False)  # the full check alone
+    for name, (got, want) in cases.items():
+        full = check(got, want, native_max, native_rms)
+        assert (full is None) == (quick[name] is None) and (full is None or full.kind == quick[name].kind), name
