@@ -16,6 +16,7 @@
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
 #   timing_ab                 timing stability, world 1, this tree and .baseline (an older tree, carried) in turn
 #   batch_oracles             kloop batch of benchmarks/batch_oracles_cuda.yaml (oracles and references, cuda, world 1) + report
+#   batch_oracles_quick       the same with one sample per problem (half the time)
 #   service_gpu               tests/service/test_service_gpu.py: a batch through the API in emulate (world 2) and cuda (world 1)
 #   service_cuda              kloop serve on GPU 0: 40 cuda world-1 evaluations from 8 API clients (benchmarks/service_load.py)
 #   service_cpu               kloop serve, 6 CPU slots: 200 CPU evaluations from 20 API clients (none lost or duplicated, p50/p99)
@@ -52,7 +53,7 @@ for name in "$@"; do
     gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
     jail_gpu) part "$name" 200 $PYTEST tests/sandbox/jail/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
     hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
-    hostile_cuda) part "$name" 260 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: " "$OUT/$name.log" | cut -c1-200 ;;
+    hostile_cuda) part "$name" 330 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: " "$OUT/$name.log" | cut -c1-200 ;;
     probe) part "$name" 90 python3 benchmarks/gpu_probe.py --json "$OUT/probe.json"; grep -vE "^\s*log|^      " "$OUT/$name.log" | cut -c1-300 ;;
     bash_gpu) part "$name" 560 $PYTEST tests/agent/bash/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
     oracles_w4) part "$name" 300 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -4]" ;;
@@ -83,11 +84,13 @@ for name in "$@"; do
       sed -n '/^summary/,$p' "$OUT/$name.log" ;;
     throughput) part "$name" 480 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
       sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
-    stability) part "$name" 110 python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
+    stability) part "$name" 240 python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
         --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5 --json "$OUT/stability.json"
       grep -E "job|^timing|all_reduce \|" "$OUT/$name.log" ;;
-    batch_oracles)
-      part "$name" 540 env COLUMNS=150 python3 -m agent batch benchmarks/batch_oracles_cuda.yaml --out "$OUT/batch-oracles-cuda"
+    batch_oracles|batch_oracles_quick)
+      config=benchmarks/batch_oracles_cuda.yaml
+      if [ "$name" = batch_oracles_quick ]; then config=$OUT/batch_oracles_quick.yaml; sed 's/^samples: .*/samples: 1/' benchmarks/batch_oracles_cuda.yaml > "$config"; fi
+      part "$name" 540 env COLUMNS=150 python3 -m agent batch "$config" --out "$OUT/batch-oracles-cuda"
       env COLUMNS=150 python3 -m agent report "$OUT/batch-oracles-cuda" > "$OUT/batch_report.log" 2>&1; cat "$OUT/batch_report.log" ;;
     problems:*)
       ids=$(python3 -c "import sys; from problems import all_problems; cats = set(sys.argv[1].split(','));
