@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="small", help="problem size (the goal is stated for a small problem; "
                         "the default size moves 64 MB a call)")
     parser.add_argument("--timed", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--timing-precision", type=float, default=0.0,
+                        help="time more calls until the speedup is this precise (the judge's cuda default is 0.03; an RL "
+                             "loop that wants evaluations a minute asks for none: 0)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--allow-nccl", action="store_true")
     parser.add_argument("--out", type=Path, help="folder for throughput.json")
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = find_problem(args.problem, args.pkb_root)
     config = HarnessConfig(problem=problem.name, problem_ref=problem.ref if args.problem.startswith("pkb:") else None,
                            world=args.world, device=args.device, trials=args.trials, timed=args.timed, profile=args.profile,
-                           allow_nccl=args.allow_nccl, size=args.size)
+                           allow_nccl=args.allow_nccl, size=args.size, timing_precision=args.timing_precision)
     source = args.candidate.read_text()
     walls, statuses, harness = [], [], []
     with tempfile.TemporaryDirectory(prefix="kloop-throughput-cache-") as cache:
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(["warm", len(warm_walls), round(statistics.median(warm_walls), 3), round(max(warm_walls), 3), round(total, 2),
                      round(60.0 * len(warm_walls) / total, 1)])
     print_table(f"throughput: {problem.name}, {args.candidate.name}, {args.device}, world {args.world}, {args.trials} trials"
-                f"{', timed' if args.timed else ''}{', profiled' if args.profile else ''} (goal <= {GOAL_PER_EVAL_S} s each, "
+                f"{f', timed (precision {args.timing_precision:g})' if args.timed else ''}{', profiled' if args.profile else ''} (goal <= {GOAL_PER_EVAL_S} s each, "
                 f">= {GOAL_PER_MIN:.0f}/min)", ["evaluations", "n", "median_s", "max_s", "total_s", "per_min"], rows)
     correct = sum(s == "correct" for s in statuses)
     print(f"{correct} of {len(statuses)} correct", flush=True)
