@@ -12,6 +12,7 @@ evaluation of the same problem and shape to the next unless anything went wrong 
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import shutil
 import threading
@@ -32,7 +33,7 @@ PREFETCH_READY_S = 180.0
 # candidate groups started ahead per kind: the one started as an evaluation ends is taken when the fourth after
 # it begins, and a group's start-up (jail, torch, device, process group) takes about as long as three small
 # evaluations on a GPU host
-POOL_DEPTH = 4
+POOL_DEPTH = int(os.environ.get("KLOOP_WARM_DEPTH", "4"))  # the env: for A/B runs of the pool on a GPU host
 MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds memory, on a GPU a device context)
 MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for each rank of a group started ahead
 
