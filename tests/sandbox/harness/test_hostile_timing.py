@@ -33,7 +33,7 @@ def test_a_claim_below_the_clock_reads_as_the_clock_estimate_not_its_lower_bound
     ref / bound was a speedup without limit); now at the clock's estimate."""
     reference = _noisy_reference(true_ms=5.0, noise_ms=12.0)
     rng = random.Random(2)
-    liar = _series([1.0] * 48, [5.0 + 2.0 + rng.uniform(0, 12.0) for _ in range(48)])  # took 5 ms, claims 1
+    liar = _series([1.8] * 48, [5.0 + 2.0 + rng.uniform(0, 12.0) for _ in range(48)])  # took 5 ms, claims 1.8
     check = timing.check_clock(liar, reference, "cpu")  # passes: the noise hides the lie
     claimed = timing.statistics.median(liar.steps())
     assert claimed < check.clock_floor_ms < check.clock_estimate_ms, check
