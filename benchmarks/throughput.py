@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 harness.append(report.stage_wall_s)
                 label = "first" if index == 0 else f"{index}/{args.count}"
                 print(f"evaluation {label}: {report.status} in {walls[-1]:.2f} s (stages {report.stage_wall_s})", flush=True)
+                print(f"   where: {dict(list(report.harness_breakdown_s.items())[:6])}", flush=True)
                 if report.status != "correct":
                     print(f"   {report.message[:300]}", flush=True)
     warm_walls = walls[1:]

@@ -30,12 +30,14 @@ def _fixtures(kind: str, names=None):
 
 
 # breaches this judge cannot stop on a GPU yet (strict xfail: the day one is stopped, the test says so)
+# not strict: caught now and then by a defence that does not answer the hole (a claim below the roofline)
 GPU_KNOWN_HOLES = {
     "work_after_timer": "on the H200 the parent's clock resolves hidden work per call only down to the harness's own per-call "
-                        "jitter (about 6 ms a call at 64 MB: the commitment copies and hashes 128 MB), and the hidden all-reduce "
-                        "takes 0.4 ms: 15.7x, correct, on 2026-12-02",
+                        "cost and its differences between processes (22 ms a call at 64 MB: the commitment copies and hashes "
+                        "128 MB), and the hidden all-reduce takes 0.4 ms: 15.7x, correct, on 2026-12-02 (morning); rejected in "
+                        "the two runs after, only because its placeholder's claim (0.016 ms) fell below the roofline",
 }
-CUDA_CASES = [pytest.param(f, id=f.name, marks=[pytest.mark.xfail(strict=True, reason=GPU_KNOWN_HOLES[f.name])]
+CUDA_CASES = [pytest.param(f, id=f.name, marks=[pytest.mark.xfail(strict=False, reason=GPU_KNOWN_HOLES[f.name])]
                            if f.name in GPU_KNOWN_HOLES else [])
               for kind, names in (("hostile", ALSO_ON_GPU), ("honest", ("all_reduce_reference_copy",))) for f in _fixtures(kind, names)]
 EMULATE_CASES = [pytest.param(f, w, id=f"{f.name}-w{w}") for kind, names in (("hostile", IN_EMULATION), ("honest", ()))
