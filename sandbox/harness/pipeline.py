@@ -89,7 +89,6 @@ class Evaluation:
         self.reference_calibration = timing.Series([])  # the harness's own per-call cost in each group (see _calibrate)
         self.candidate_calibration = timing.Series([])
         self.reference_alone: timing.Series | None = None  # the reference timed before candidate code existed
-        self.reference_series: timing.Series | None = None  # the reference timed beside the candidate
         self.staged: dict[int, list[list[int]]] = {}  # round -> [rank][call]: inputs shared with the ranks (cpu)
         self.report = EvalReport(
             status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
@@ -301,8 +300,8 @@ class Evaluation:
                     series.rounds.append(record)
 
     def _time_reference_alone(self) -> None:
-        """A warm-up round and a timed round of the reference with no candidate code anywhere yet:
-        work a candidate leaves running on the device or the host between its own rounds slows the
+        """A warm-up round and as many timed calls as the interleaved timing plans, of the reference
+        with no candidate code anywhere yet: work a candidate leaves running on the device or the host between its own rounds slows the
         interleaved reference rounds, never this one."""
         size, target = self._round_size
         series = self.reference_alone = timing.Series(self.reference.overheads)
@@ -492,14 +491,13 @@ class Evaluation:
                 if attempt + 1 == CLOCK_ATTEMPTS:
                     raise Verdict("rejected", f"{rejected} (in each of {CLOCK_ATTEMPTS} separate timings)") from None
                 self.report.notes.append(f"timing repeated: the first timing failed the clock check ({rejected})")
-        self.reference_series = reference
         self.report.reference_timing = self._timing(reference)
         self.report.candidate_timing = self._timing(candidate)
         median, note = timing.reported_ms(self.report.candidate_timing.median_ms, self.report.timing_check)
         if note:
             self.report.notes.append(note)
             self.report.candidate_timing.median_ms = median
-        ref_ms, cand = self._reference_ms(), self.report.candidate_timing
+        ref_ms, cand = self._reference_ms(reference), self.report.candidate_timing
         resolution = timing.FLOOR_MS.get(self.config.device, timing.FLOOR_MS["cpu"])
         if ref_ms < resolution:
             self.report.notes.append(f"the reference's call ({ref_ms:.4f} ms beyond the empty timed interval) is below what "
@@ -516,14 +514,14 @@ class Evaluation:
                     "by its interval, not its point")
         self._roofline(cand)
 
-    def _reference_ms(self) -> float:
+    def _reference_ms(self, beside_series: timing.Series) -> float:
         """The reference's time per call for the speedup: its interleaved median, or its time alone
         when it ran more than SLOWED_REFERENCE times slower beside the candidate than alone
         (tests/fixtures/hostile/spin_while_reference_runs.py, cuda_spin_during_reference.py)."""
         beside, alone = self.report.reference_timing.median_ms, self.report.reference_alone_ms
         factor = SLOWED_REFERENCE.get(self.config.device, 2.0)
-        if not alone or self.reference_alone is None or not timing.slowed(self.reference_series.steps(),
-                                                                          self.reference_alone.steps(), factor):
+        if not alone or self.reference_alone is None or not timing.slowed(beside_series.steps(), self.reference_alone.steps(),
+                                                                          factor):
             return beside
         self.report.notes.append(f"the reference ran {beside / alone:.2f}x slower beside the candidate ({beside:.4f} ms a call) than "
                                  f"alone before the candidate was loaded ({alone:.4f} ms): the speedup is taken against the "
