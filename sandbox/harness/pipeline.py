@@ -301,8 +301,8 @@ class Evaluation:
 
     def _time_reference_alone(self) -> None:
         """A warm-up round and as many timed calls as the interleaved timing plans, of the reference
-        with no candidate code anywhere yet: work a candidate leaves running on the device or the host between its own rounds slows the
-        interleaved reference rounds, never this one."""
+        with no candidate code anywhere yet: work a candidate leaves running on the device or the
+        host between its own rounds slows the interleaved reference rounds, never this one."""
         size, target = self._round_size
         series = self.reference_alone = timing.Series(self.reference.overheads)
         counts = [min(max(self.config.warmup, 1), size)] + [size] * max(MIN_ROUNDS, -(-target // size))
