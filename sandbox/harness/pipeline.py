@@ -106,7 +106,8 @@ class Evaluation:
             if self.config.stress_calls:
                 self._timed_stage("stress", self._stress)
             if self.config.is_timed():
-                self._timed_stage("performance", self._performance)
+                with self.group_source.quiet():
+                    self._timed_stage("performance", self._performance)
             self._timed_stage("recheck", self._recheck)
             if self.config.is_profiled():
                 self._timed_stage("profile", self._profile)
@@ -250,9 +251,10 @@ class Evaluation:
         timeout = self.config.timeouts.build_s
         if self.config.is_timed():  # before any candidate code runs: the harness's own cost in each group, the reference alone
             self._load_reference(timeout)
-            if self.config.device == "cuda":
-                self._calibrate()
-            self._time_reference_alone()
+            with self.group_source.quiet():
+                if self.config.device == "cuda":
+                    self._calibrate()
+                self._time_reference_alone()
         elif not self.reference.loaded:
             for rank in range(self.config.world):
                 self.reference.send(rank, {"type": "load"})

@@ -132,6 +132,40 @@ def test_warm_groups_keep_fresh_groups_ready_and_end_used_ones(tmp_path, monkeyp
     assert _still_running(pooled) == []
 
 
+def test_no_group_starts_while_an_evaluation_times(tmp_path, monkeypatch):
+    """A replacement asked for during a timed phase (``quiet``) waits for its end; a timed phase
+    that begins while one starts waits until it is ready. Either way no start-up (torch imported
+    in every rank) shares the machine with a timing."""
+    from sandbox.harness.pipeline import Evaluation
+    from sandbox.harness.warm import WarmGroups
+
+    monkeypatch.setenv("KLOOP_CACHE_DIR", str(tmp_path / "cache"))
+    groups = WarmGroups(tmp_path / "groups", depth=1)
+    try:
+        evaluations = [Evaluation(_config(), (tmp_path / f"eval-{i}").resolve(), groups=groups) for i in range(2)]
+        for evaluation in evaluations:
+            evaluation.workdir.mkdir()
+        first = evaluations[0]
+        reference, candidate = groups.acquire(first)
+        with groups.quiet():
+            groups.release(first, reference, candidate)
+            time.sleep(3.0)  # a start-up that ignored the timing would have begun by now
+            waiting = [entry for pool in groups._candidates.values() for entry in pool]
+            assert len(waiting) == 1 and waiting[0].group is None and not waiting[0].done.is_set()
+        assert groups.ready_count(first, READY_WAIT_S) == 1
+        reference, candidate = groups.acquire(evaluations[1])
+        groups.release(evaluations[1], reference, candidate)  # its replacement starts at once: no timing now
+        starting = [entry for pool in groups._candidates.values() for entry in pool]
+        deadline = time.monotonic() + 30.0
+        while starting[0].group is None and time.monotonic() < deadline:  # its processes launched
+            time.sleep(0.05)
+        assert len(starting) == 1 and starting[0].group is not None and not starting[0].done.is_set()
+        with groups.quiet():
+            assert starting[0].done.is_set() and starting[0].ready  # the timing began only once it was ready
+    finally:
+        groups.close()
+
+
 # ---------------------------------------------------------------------------- nothing outlives the harness
 @pytest.mark.parametrize("how", ["closed", "killed"])
 def test_no_process_of_a_warm_harness_outlives_it(box, how):
