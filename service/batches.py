@@ -85,7 +85,8 @@ def check_batch(data: dict[str, Any], evaluations: Evaluations) -> CheckedBatch:
             raise UserError(f"{len(episodes)} episodes; a batch on this server has at most {MAX_EPISODES}")
         for selector in dict.fromkeys(e.selector for e in episodes):
             harness = harness_config(load_problem(selector), world=config.world, device=config.device, size=config.size,
-                                     trials=config.trials, timed=config.timed, allow_nccl=config.allow_nccl)
+                                     trials=config.trials, timed=config.timed, timing_precision=config.timing_precision,
+                                     allow_nccl=config.allow_nccl)
             evaluations.check(harness)
         check_models(config)
     except (UserError, JobFailed) as error:

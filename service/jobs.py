@@ -37,7 +37,7 @@ def load_problem(name: str):
 def eval_harness(request: EvalRequest | RunRequest, problem) -> HarnessConfig:
     from agent.run_config import harness_config
 
-    extra: dict[str, Any] = {"timed": request.timed}
+    extra: dict[str, Any] = {"timed": request.timed, "timing_precision": request.timing_precision}
     if isinstance(request, EvalRequest):
         extra["stress_calls"] = request.stress
     try:

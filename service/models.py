@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from agent.providers.scripted import SCRIPT_NAME
-from sandbox.harness.config import DeviceMode
+from sandbox.harness.config import TIMING_PRECISION_HELP, DeviceMode
 
 # Provider options a client may set. Anything that could send the server's key elsewhere
 # (api_key, base_url, default_headers, http_client, ...) or read the server's files is not one.
@@ -37,6 +37,7 @@ class EvalRequest(Strict):
     allow_nccl: bool = Field(False, description="let the solution call torch.distributed collectives")
     trials: int = Field(5, ge=1, le=100, description="correctness trials with fresh seeds")
     timed: bool | None = Field(None, description="time reference and candidate (default: yes, except emulate)")
+    timing_precision: float | None = Field(None, ge=0.0, le=1.0, description=TIMING_PRECISION_HELP)
     stress: int = Field(0, ge=0, le=10_000, description="back-to-back calls after correctness, every output checked")
 
 
@@ -66,6 +67,7 @@ class RunRequest(Strict):
     size: str | None = None
     trials: int = Field(5, ge=1, le=100)
     timed: bool | None = Field(None, description="time each correct answer against the reference (default: yes, except emulate)")
+    timing_precision: float | None = Field(None, ge=0.0, le=1.0, description=TIMING_PRECISION_HELP)
     allow_nccl: bool = False
     examples: bool = Field(True, description="oracle solutions of other problems as in-context examples")
     cheat_sheet: bool = Field(True, description="the multi-GPU cheat sheet in the task prompt")

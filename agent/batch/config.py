@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent.errors import UserError
 from agent.run_config import SandboxSettings
-from sandbox.harness.config import DeviceMode
+from sandbox.harness.config import TIMING_PRECISION_HELP, DeviceMode
 
 
 class Mode(str, enum.Enum):
@@ -100,6 +100,7 @@ class BatchConfig(BaseModel):
     size: str | None = None
     trials: int = Field(5, ge=1, le=100)
     timed: bool | None = Field(None, description="time candidates against the reference (default: yes, except emulate)")
+    timing_precision: float | None = Field(None, ge=0.0, le=1.0, description=TIMING_PRECISION_HELP)
     allow_nccl: bool = False
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     budget: dict[str, Any] = Field(default_factory=dict, description="per-episode budget: agent.budget.Budget's fields but steps")

@@ -121,7 +121,7 @@ def _prepare(ctx: EpisodeContext, mode: str) -> tuple[Problem, Any, RunConfig]:
     problem = find_problem(episode.selector, config.pkb_root)
     allow_nccl = config.allow_nccl if entry.allow_nccl is None else entry.allow_nccl
     harness = harness_config(problem, world=config.world, device=config.device, size=config.size, trials=config.trials,
-                             timed=config.timed, allow_nccl=allow_nccl, seed=episode.seed)
+                             timed=config.timed, timing_precision=config.timing_precision, allow_nccl=allow_nccl, seed=episode.seed)
     sandbox = config.sandbox.model_copy(update={"gpus": ",".join(ctx.gpus)}) if ctx.gpus else config.sandbox
     model = make_model(entry.spec, problem=problem, **entry.options)
     if ctx.gate is not None:

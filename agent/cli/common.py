@@ -21,7 +21,7 @@ from rich.console import Console
 
 from agent.errors import UserError
 from agent.run_config import SandboxSettings
-from sandbox.harness.config import DEVICE_MODE_HELP, DeviceMode
+from sandbox.harness.config import DEVICE_MODE_HELP, TIMING_PRECISION_HELP, DeviceMode
 
 console = Console()
 errors = Console(stderr=True)
@@ -48,6 +48,8 @@ DeviceOption = Annotated[Device, typer.Option(  # type: ignore[valid-type]
 Size = Annotated[str | None, typer.Option(
     help="named problem size (default: `default` in cuda mode, `small` on cpu and in emulation)", rich_help_panel=EVALUATION)]
 Trials = Annotated[int, typer.Option(min=1, max=100, help="correctness trials with fresh seeds", rich_help_panel=EVALUATION)]
+TimingPrecision = Annotated[float | None, typer.Option(min=0.0, max=1.0, show_default=False, help=TIMING_PRECISION_HELP,
+                                                      rich_help_panel=EVALUATION)]
 AllowNccl = Annotated[bool, typer.Option(help="allow the solution to call torch.distributed collectives", rich_help_panel=EVALUATION)]
 Examples = Annotated[bool, typer.Option(help="show oracle solutions of other problems as in-context examples", rich_help_panel=PROMPT)]
 Server = Annotated[str | None, typer.Option(

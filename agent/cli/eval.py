@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli.common import (EVALUATION, AllowNccl, Device, DeviceOption, PkbRoot, ProblemName, Server, Size, Trials, World, console,
+from agent.cli.common import (EVALUATION, AllowNccl, Device, DeviceOption, PkbRoot, ProblemName, Server, Size, TimingPrecision, Trials, World, console,
                               load_problem, read_text, sandbox_errors, sandbox_options)
 from agent.run_config import SandboxSettings
 
@@ -25,6 +25,7 @@ def command(
                                         rich_help_panel=EVALUATION)] = 0,
     timed: Annotated[bool | None, typer.Option("--timed/--no-timed", help="time reference and candidate (default: yes, except emulate)",
                                                   rich_help_panel=EVALUATION)] = None,
+    timing_precision: TimingPrecision = None,
     allow_nccl: AllowNccl = False,
     profile_cache: Annotated[bool, typer.Option(help="reuse profiles taken before of this solution and the reference", rich_help_panel=EVALUATION)] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print the EvalReport as JSON")] = False,
@@ -39,14 +40,15 @@ def command(
 
         server_decides(sandbox, pkb_root, profile_cache=profile_cache)
         remote_eval(server, {"problem": problem_name, "source": read_text(solution), "world": world, "device": device.value,
-                             "size": size, "allow_nccl": allow_nccl, "trials": trials, "timed": timed, "stress": stress},
+                             "size": size, "allow_nccl": allow_nccl, "trials": trials, "timed": timed, "stress": stress,
+                             "timing_precision": timing_precision},
                     solution.name, as_json)
     from agent.run_config import check_host_gpus, harness_config
     from agent.session import EvaluationSession
 
     problem = load_problem(problem_name, pkb_root)
     config = harness_config(problem, world=world, device=device.value, size=size, trials=trials, timed=timed, allow_nccl=allow_nccl,
-                            profile_cache=profile_cache, stress_calls=stress)
+                            profile_cache=profile_cache, stress_calls=stress, timing_precision=timing_precision)
     check_host_gpus(config)
     source = read_text(solution)
     working = console.status(f"evaluating {solution.name} on {problem_name} (world {world}, {device.value})", spinner="dots")

@@ -9,7 +9,7 @@ import typer
 
 from agent.bash.config import BashSettings
 from agent.budget import Budget
-from agent.cli.common import (AllowNccl, CheatSheet, Device, DeviceOption, Examples, PkbRoot, ProblemName, Server, Size, Trials, World, choices,
+from agent.cli.common import (AllowNccl, CheatSheet, Device, DeviceOption, Examples, PkbRoot, ProblemName, Server, Size, TimingPrecision, Trials, World, choices,
                               console, errors, load_problem, options_from, sandbox_errors, sandbox_options)
 from agent.errors import UserError
 from agent.run_config import RunMode, SandboxSettings
@@ -36,6 +36,7 @@ def command(
     device: DeviceOption = Device.cpu,
     size: Size = None,
     trials: Trials = 5,
+    timing_precision: TimingPrecision = None,
     allow_nccl: AllowNccl = False,
     target_speedup: Annotated[float | None, typer.Option(help="stop once a correct solution is this much faster",
                                                             rich_help_panel=BUDGET)] = None,
@@ -59,14 +60,15 @@ def command(
         remote_run(server, {"problem": problem_name, "model": model, "options": options, "mode": mode.value,
                             "steps": budget.steps, "budgets": budget.model_dump(exclude={"steps"}), "target_speedup": target_speedup,
                             "world": world, "device": device.value, "size": size, "trials": trials, "allow_nccl": allow_nccl,
-                            "examples": examples, "cheat_sheet": cheat_sheet})
+                            "timing_precision": timing_precision, "examples": examples, "cheat_sheet": cheat_sheet})
     from agent.episode import Episode
     from agent.render import spend_line, step_line
     from agent.run_config import RunConfig, check_host_gpus, harness_config
     from agent.session import EvaluationSession
 
     problem = load_problem(problem_name, pkb_root)
-    harness = harness_config(problem, world=world, device=device.value, size=size, trials=trials, allow_nccl=allow_nccl)
+    harness = harness_config(problem, world=world, device=device.value, size=size, trials=trials, allow_nccl=allow_nccl,
+                             timing_precision=timing_precision)
     check_host_gpus(harness)
     if model.strip() == "baseline:reference" and not allow_nccl:
         raise UserError("baseline:reference answers with the reference itself, which calls NCCL: add --allow-nccl")

@@ -17,6 +17,10 @@ DEVICE_MODE_HELP = {
 }
 
 
+TIMING_PRECISION_HELP = ("time more calls (up to 4x the planned ones, within the timing budget) until the speedup's 95% interval "
+                         "is within this share of it either way; 0: only the planned calls, the fastest (an RL loop's choice); "
+                         "default: 0.03 in cuda mode, else 0 (a shared host CPU is rarely that steady)")
+
 DEFAULT_RANK_MEMORY_GIB = 32.0
 MIN_RANK_MEMORY_GIB = 4.0  # a CUDA rank holds 2-3 GiB of host memory on its own; GPU hosts may show little MemTotal at first
 
@@ -45,10 +49,7 @@ class HarnessConfig(BaseModel):
     warmup: int = Field(10, ge=0)
     iterations: int = Field(50, ge=10)
     timing_budget_s: float = Field(20.0, description="stop timing after this long (at least 10 iterations)")
-    timing_precision: float | None = Field(None, ge=0.0, le=1.0, description="time more calls (up to 4x the planned ones, "
-                                           "within the timing budget) until the speedup's 95% interval is within this share of "
-                                           "it either way; 0: only the planned calls; default: 0.03 in cuda mode, else 0 (a "
-                                           "shared host CPU is rarely that steady)")
+    timing_precision: float | None = Field(None, ge=0.0, le=1.0, description=TIMING_PRECISION_HELP)
     stress_calls: int = Field(0, ge=0, le=100_000, description="after correctness, this many back-to-back calls, every output checked")
     allow_nccl: bool = Field(False, description="let the candidate call torch.distributed collectives")
     profile_cache: bool = Field(True, description="reuse profiles taken before of the same solution and reference")

@@ -107,6 +107,7 @@ def test_oversized_bodies_are_refused_before_they_are_read(server, token, api):
     (dict(QUICK_EVAL, device="cuda"), "needs 2 GPU(s); this server has no GPUs"),
     (dict(QUICK_EVAL, size="huge"), "has no size 'huge'"),
     (dict(QUICK_EVAL, surprise=1), "body.surprise: Extra inputs are not permitted"),
+    (dict(QUICK_EVAL, timing_precision=-0.1), "body.timing_precision: Input should be greater than or equal to 0"),
 ])
 def test_malformed_evaluations_get_422_with_a_clear_message(api, body, message):
     response = api.post("/v1/evals", json=body)
@@ -248,3 +249,15 @@ def test_bounded_load_loses_and_duplicates_nothing(server):
           f"status p50 {numbers['status_p50_ms']:.1f} ms p99 {numbers['status_p99_ms']:.1f} ms; {numbers['evals_per_min']:.1f}/min")
     assert numbers["submitted"] == numbers["distinct_ids"] == numbers["ended"] == numbers["listed_by_server"] == 16
     assert numbers["verdicts"] == {"done:correct": 16}
+
+
+def test_the_timing_precision_asked_reaches_the_judge():
+    from problems import find_problem
+    from service.jobs import eval_harness
+    from service.models import EvalRequest, RunRequest
+
+    problem = find_problem("all_reduce")
+    assert eval_harness(EvalRequest(**QUICK_EVAL, timing_precision=0.25), problem).timing_precision == 0.25
+    assert eval_harness(EvalRequest(**QUICK_EVAL), problem).timing_precision is None  # the judge's default by device
+    run = RunRequest(problem="all_reduce", model="scripted:demo", allow_nccl=True, timing_precision=0)
+    assert eval_harness(run, problem).timing_precision == 0

@@ -18,6 +18,7 @@ steps: 2
 world: 2
 device: cpu
 trials: 1
+timing_precision: 0.5
 allow_nccl: true
 workers: 2
 """
@@ -89,6 +90,12 @@ def test_summary_matches_pass_at_k_and_fast_p_computed_by_hand(batch):
     assert demo["per_step"][0]["correct"] == 0.0
     assert demo["per_step"][1]["correct"] == demo["correct_rate"]["value"] == sum(r["correct"] for r in records if r["model"] == "scripted:demo") / 2
     assert "leaderboard" in batch["resumed"].stdout and "baseline:reference" in batch["resumed"].stdout
+
+
+def test_the_batch_timing_precision_reaches_every_episode(batch):
+    configs = sorted((batch["out"] / "runs").glob("*/try*/config.json"))
+    assert len(configs) >= 6
+    assert {json.loads(path.read_text())["harness"]["timing_precision"] for path in configs} == {0.5}
 
 
 def test_running_it_again_does_nothing_and_report_reads_the_folder(batch):

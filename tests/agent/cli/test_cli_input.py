@@ -31,6 +31,31 @@ def test_eval_gives_the_same_size_message(tmp_path):
     assert "all_reduce has no size 'bogus'; it has " in result.stderr
 
 
+@pytest.mark.parametrize("command", ["eval", "run"])
+def test_a_timing_precision_out_of_range_is_refused(command, tmp_path):
+    solution = tmp_path / "solution.py"
+    solution.write_text("def solution(x):\n    return x\n")
+    args = ("all_reduce", str(solution)) if command == "eval" else ("all_reduce", "--model", "scripted:demo")
+    result = kloop(command, *args, "--timing-precision", "1.5")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--timing-precision" in result.stderr and "less than or equal" in result.stderr, result.stderr
+
+
+def test_eval_times_until_the_precision_asked(tmp_path):
+    """--timing-precision reaches the judge: on the CPU (whose default is 0, the planned calls only)
+    a precision no timing there reaches is asked for, and the report says it was not reached."""
+    import json
+
+    from problems import find_problem
+
+    solution = tmp_path / "solution.py"
+    solution.write_text(find_problem("all_reduce").reference_source)
+    result = kloop("eval", "all_reduce", str(solution), "--allow-nccl", "--trials", "1", "--timing-precision", "0.0001", "--json")
+    report = json.loads(result.stdout)
+    assert report["status"] == "correct", report["message"]
+    assert any("wider than the precision asked" in note for note in report["notes"]), report["notes"]
+
+
 def test_run_budget_options_are_one_group_and_checked():
     help_text = kloop("run", "--help").stdout
     budget_panel = help_text[help_text.index("Budget"):]
