@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from agent.bash.config import BashSettings
 from agent.budget import Budget
@@ -37,7 +37,10 @@ def harness_config(problem: Problem, **fields: Any) -> HarnessConfig:
     (world, device, size, trials, ...). Suite problems go by name, others (ParallelKernelBench's)
     by their ``ref``, which the harness and its ranks load again. A world size or a ``size`` the
     problem does not define is a UserError."""
-    config = HarnessConfig(problem=problem.name, problem_ref=None if problem.ref.startswith("folder:") else problem.ref, **fields)
+    try:
+        config = HarnessConfig(problem=problem.name, problem_ref=None if problem.ref.startswith("folder:") else problem.ref, **fields)
+    except ValidationError as error:  # a caller's value the harness refuses (the CLI's, the API's, a batch config's)
+        raise UserError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())) from None
     check_world_size(problem, config.world)
     if config.size is not None and config.size not in problem.spec.shapes:
         raise UserError(f"{problem.name} has no size {config.size!r}; it has {', '.join(problem.spec.shapes)}")

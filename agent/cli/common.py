@@ -42,7 +42,7 @@ ProblemName = Annotated[str, typer.Argument(
     help="problem name (see `kloop problems`), or pkb:<id or name> from a ParallelKernelBench checkout (--pkb-root)")]
 PkbRoot = Annotated[Path | None, typer.Option(
     "--pkb-root", help="ParallelKernelBench checkout that pkb:<id> problems are loaded from (default: $KLOOP_PKB_ROOT)")]
-World = Annotated[int, typer.Option("--world", "-w", help="number of ranks", rich_help_panel=EVALUATION)]
+World = Annotated[int, typer.Option("--world", "-w", min=1, max=64, help="number of ranks", rich_help_panel=EVALUATION)]
 DeviceOption = Annotated[Device, typer.Option(  # type: ignore[valid-type]
     "--device", "-d", help=", ".join(f"{mode} ({what})" for mode, what in DEVICE_MODE_HELP.items()), rich_help_panel=EVALUATION)]
 Size = Annotated[str | None, typer.Option(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -37,7 +38,7 @@ def _require_service_extra() -> None:
 def serve(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8377,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port to listen on")] = 8377,
     db: Db = None,
     gpus: Annotated[str | None, typer.Option(help="GPUs evaluations may use, e.g. 0,1,2,3 (default: every GPU NVML sees; none: '')")] = None,
     cpu_slots: Annotated[int | None, typer.Option(min=1, help="CPU evaluations at once (default: half the cores)")] = None,
@@ -74,23 +75,30 @@ def serve(
         gpu_ids = visible_gpus() if gpus is None else parse_gpu_ids(gpus)
     except GpuPoolError as error:
         raise UserError(str(error)) from None
-    settings = ServerSettings(db=_db(db), gpus=gpu_ids, cpu_slots=cpu_slots or default_cpu_slots(), run_workers=run_workers,
-                              model_calls=model_calls, sandbox=sandbox, image=image,
-                              rerun=("eval", "batch", "run") if rerun_runs else ("eval", "batch"))
-    service = Service(settings)
-    recovered = service.start()
-    if any(recovered.values()):
-        console.print("recovered: " + ", ".join(f"{len(ids)} {what}" for what, ids in recovered.items() if ids), highlight=False)
-    if not service.store.tokens():
-        errors.print(f"[yellow]note:[/] no API token yet: kloop serve token create NAME --db {settings.db}", highlight=False)
-    console.print(f"kloop serve: http://{host}:{port}/ (API /v1, schema /v1/openapi.json), store {settings.db}, "
-                  f"GPUs {','.join(gpu_ids) or 'none'}, {settings.cpu_slots} CPU evaluation slot(s), {sandbox} sandbox", highlight=False,
-                  soft_wrap=True)
-    try:
-        uvicorn.run(create_app(service), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5,
-                    timeout_keep_alive=75)  # longer than clients keep idle connections: no close races on a reused one
-    finally:
-        service.stop()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:  # bound before anything starts: a port in use is a one-line error, not a service that started and cannot serve
+        listening = socket.create_server((host, port), family=family)
+    except OSError as error:
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    with listening:
+        settings = ServerSettings(db=_db(db), gpus=gpu_ids, cpu_slots=cpu_slots or default_cpu_slots(), run_workers=run_workers,
+                                  model_calls=model_calls, sandbox=sandbox, image=image,
+                                  rerun=("eval", "batch", "run") if rerun_runs else ("eval", "batch"))
+        service = Service(settings)
+        recovered = service.start()
+        if any(recovered.values()):
+            console.print("recovered: " + ", ".join(f"{len(ids)} {what}" for what, ids in recovered.items() if ids), highlight=False)
+        if not service.store.tokens():
+            errors.print(f"[yellow]note:[/] no API token yet: kloop serve token create NAME --db {settings.db}", highlight=False)
+        console.print(f"kloop serve: http://{host}:{port}/ (API /v1, schema /v1/openapi.json), store {settings.db}, "
+                      f"GPUs {','.join(gpu_ids) or 'none'}, {settings.cpu_slots} CPU evaluation slot(s), {sandbox} sandbox", highlight=False,
+                      soft_wrap=True)
+        try:
+            config = uvicorn.Config(create_app(service), log_level="warning", timeout_graceful_shutdown=5,
+                                    timeout_keep_alive=75)  # longer than clients keep idle connections: no close races on a reused one
+            uvicorn.Server(config).run(sockets=[listening])
+        finally:
+            service.stop()
 
 
 @token_app.command("create")

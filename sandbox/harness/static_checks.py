@@ -50,7 +50,8 @@ def check_source(source: str, filename: str = "solution.py", allow_nccl: bool = 
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as error:
-        return Verdict("build_failed", f"{filename} line {error.lineno}: SyntaxError: {error.msg}")
+        where = f" line {error.lineno}" if error.lineno else ""  # null bytes: a SyntaxError of no line
+        return Verdict("build_failed", f"{filename}{where}: SyntaxError: {error.msg}")
     except (ValueError, RecursionError, MemoryError, OverflowError) as error:  # null bytes, nesting too deep for the parser
         return Verdict("build_failed", f"{filename} cannot be parsed: {type(error).__name__}: {str(error)[:200]}")
     if not _defines_solution(tree):

@@ -43,3 +43,16 @@ def test_token_create_prints_a_secret_stored_only_hashed(tmp_path):
     store.close()
     missing = kloop("serve", "token", "revoke", "alice", "--db", str(db))
     assert missing.returncode == 2 and "no active token named 'alice'" in missing.stderr
+
+
+def test_a_port_in_use_or_out_of_range_is_a_one_line_error(tmp_path):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = kloop("serve", "--port", str(port), "--db", str(tmp_path / "jobs.db"), "--gpus", "")
+    assert busy.returncode == 2 and "Traceback" not in busy.stderr, busy.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in busy.stderr
+    assert "kloop serve: http" not in busy.stdout  # nothing claims to serve
+    wrong = kloop("serve", "--port", "70000", "--db", str(tmp_path / "jobs.db"))
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr and "--port" in wrong.stderr

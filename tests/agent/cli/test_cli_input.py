@@ -15,12 +15,24 @@ def kloop(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, expected", [
     (("--size", "bogus"), "all_reduce has no size 'bogus'; it has default"),
     (("--world", "3"), "all_reduce is defined for world sizes 2, 4, 8 (and 1 for single-GPU timing), not 3"),
+    (("--world", "0"), "Invalid value for '--world'"),
 ])
 def test_prompt_refuses_bad_size_and_world(args, expected):
     result = kloop("prompt", "all_reduce", *args, "--device", "cpu")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert expected in result.stderr
+
+
+def test_a_value_the_harness_refuses_is_a_user_error():
+    """Whatever front end passes it (the CLI's options have their own bounds; a batch config or an
+    API request reach harness_config too), a value HarnessConfig refuses is one line, not a traceback."""
+    from agent.errors import UserError
+    from agent.run_config import harness_config
+    from problems import find_problem
+
+    with pytest.raises(UserError, match="world: Input should be greater than or equal to 1"):
+        harness_config(find_problem("all_reduce"), world=0)
 
 
 def test_eval_gives_the_same_size_message(tmp_path):

@@ -9,6 +9,11 @@ def test_a_plain_solution_passes():
     assert check_source(OK).status == "ok"
 
 
+def test_a_file_with_null_bytes_is_a_build_failure_without_a_line():
+    verdict = check_source("def solution(x):\n    return x\x00\n")
+    assert verdict.status == "build_failed" and "SyntaxError" in verdict.message and "line None" not in verdict.message
+
+
 def test_syntax_errors_are_build_failures_with_the_line():
     verdict = check_source("def solution(x):\n    return x +\n")
     assert verdict.status == "build_failed" and "line 2" in verdict.message
