@@ -48,6 +48,13 @@ def main() -> None:
     except UserError as error:
         errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)  # one line, however long
         sys.exit(2)
+    except OSError as error:
+        if error.filename is None:  # not about a path the user named: a fault to see whole
+            raise
+        # a folder or file the user named that cannot be made, read or written (--out under a read-only or missing place, a
+        # full disk): what the system says, about which path
+        errors.print(f"[bold red]error:[/] {error.filename}: {error.strerror or error}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         errors.print("interrupted")
         sys.exit(130)

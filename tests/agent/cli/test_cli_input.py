@@ -68,6 +68,18 @@ def test_eval_times_until_the_precision_asked(tmp_path):
     assert any("wider than the precision asked" in note for note in report["notes"]), report["notes"]
 
 
+@pytest.mark.parametrize("args", [("run", "all_reduce", "--model", "scripted:demo"), ("batch", "{config}")])
+def test_an_output_folder_that_cannot_be_made_is_one_line(args, tmp_path):
+    config = tmp_path / "batch.yaml"
+    config.write_text("models: [scripted:demo]\nproblems: [all_reduce]\nallow_nccl: true\n")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # a file where the output folder's parent should be
+    result = kloop(*(a.format(config=config) for a in args), "--out", str(blocked / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    said = " ".join(result.stderr.split())
+    assert f"error: {blocked / 'out'}" in said and ": Not a directory" in said, result.stderr
+
+
 def test_run_budget_options_are_one_group_and_checked():
     help_text = kloop("run", "--help").stdout
     budget_panel = help_text[help_text.index("Budget"):]
