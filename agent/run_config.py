@@ -106,7 +106,7 @@ class RunConfig(BaseModel):
     model_options: dict[str, Any] = Field(default_factory=dict)
     mode: RunMode = Field("loop", description="loop: revise with feedback; single: one answer; bash: work at a shell in the sandbox")
     budget: Budget = Field(default_factory=Budget)
-    target_speedup: float | None = Field(None, description="stop once a correct solution is this much faster")
+    target_speedup: float | None = Field(None, gt=0, description="stop once a correct solution is this much faster")
     harness: HarnessConfig
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     out: Path = Field(Path("runs"), description="run folders are made under this folder")

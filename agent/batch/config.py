@@ -104,7 +104,7 @@ class BatchConfig(BaseModel):
     allow_nccl: bool = False
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     budget: dict[str, Any] = Field(default_factory=dict, description="per-episode budget: agent.budget.Budget's fields but steps")
-    target_speedup: float | None = None
+    target_speedup: float | None = Field(None, gt=0, description="an episode stops once a correct solution is this much faster")
     examples: bool = True
     cheat_sheet: bool = True
     seed: int = 0

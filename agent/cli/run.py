@@ -50,6 +50,8 @@ def command(
     sandbox: SandboxSettings,
 ) -> None:
     """Let a model write a solution for PROBLEM, judged by the harness, revising on its feedback."""
+    if target_speedup is not None and target_speedup <= 0:
+        raise UserError(f"--target-speedup: a speedup is above 0, got {target_speedup:g}")
     options = parse_model_options(model_option)
     if max_output_tokens is not None:
         options["max_output_tokens"] = max_output_tokens

@@ -87,6 +87,8 @@ def test_run_budget_options_are_one_group_and_checked():
     result = kloop("run", "all_reduce", "--model", "scripted:demo", "--steps", "0")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--steps: Input should be greater than or equal to 1" in result.stderr
+    result = kloop("run", "all_reduce", "--model", "scripted:demo", "--target-speedup", "-1")
+    assert result.returncode == 2 and "--target-speedup: a speedup is above 0" in result.stderr
 
 
 def test_cli_import_is_light():
