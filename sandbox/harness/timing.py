@@ -18,8 +18,8 @@ parent's clock shows (its median wall time per call less the reference's overhea
 uncertainty): a claim too small to be caught by the check above still cannot make a call look
 faster than the clock allows. A timing that passes the check only thanks to the allowance for
 process groups that differ (beyond what its noise explains) is read on the clock's estimate
-itself, and staging time beyond the noise is added to it. The speedup is the ratio of the two groups' medians, with a
-bootstrap interval over the interleaved rounds.
+itself, and staging time beyond the noise is added to it. The speedup is the ratio of the two
+groups' medians, with a bootstrap interval over the interleaved rounds.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ FLOOR_MS = {"cuda": 0.01, "emulate": 1.0, "cpu": 0.1}  # ...plus this much...
 # a copy of the outputs and inputs to the host and their SHA-256) takes 20-25 ms, and an honest candidate's processes took
 # 1.9 ms (9%) more than the reference's after calibration. On a loaded two-core host (CI) the reference as its own
 # candidate left 0.55-0.61x the reference's 1.0-1.3 ms unaccounted on top, for both of a run's timings, and took 0.73x
-# its staging time on top; a calibration on the CPU found nothing systematic (the load comes and goes). Only against a rejection,
-# never off the clock's floor: a claim below the floor is still read on the clock (taking the allowance off the floor let
-# a CPU work_after_timer read 968x), so what the allowance lets through is timed by the parent's clock all the same
+# its staging time on top; a calibration on the CPU found nothing systematic (the load comes and goes). Only against a
+# rejection, never off the clock's floor: what the allowance lets through is read on the clock (check_clock; taking the
+# allowance off the floor let a CPU work_after_timer read 968x)
 SYSTEMATIC_SHARE = {"cuda": 0.12, "cpu": 1.0}
 STAGING_SHARE = {"cuda": 0.0, "cpu": 1.0}  # the same for the staging check (not seen on the H200)
 OVERCLAIM_SLACK_MS = 0.5  # a rank may claim at most the parent's wall time plus this
