@@ -91,7 +91,9 @@ for name in "$@"; do
       config=benchmarks/batch_oracles_cuda.yaml
       if [ "$name" = batch_oracles_quick ]; then config=$OUT/batch_oracles_quick.yaml; sed 's/^samples: .*/samples: 1/' benchmarks/batch_oracles_cuda.yaml > "$config"; fi
       part "$name" 540 env COLUMNS=150 python3 -m agent batch "$config" --out "$OUT/batch-oracles-cuda"
-      env COLUMNS=150 python3 -m agent report "$OUT/batch-oracles-cuda" > "$OUT/batch_report.log" 2>&1; cat "$OUT/batch_report.log" ;;
+      env COLUMNS=150 python3 -m agent report "$OUT/batch-oracles-cuda" > "$OUT/batch_report.log" 2>&1; cat "$OUT/batch_report.log"
+      # the run folders (every step's report: notes, clock check) as one file: too many files do not come back
+      tar czf "$OUT/batch-oracles-runs.tgz" -C "$OUT/batch-oracles-cuda" runs && rm -rf "$OUT/batch-oracles-cuda/runs" ;;
     problems:*)
       ids=$(python3 -c "import sys; from problems import all_problems; cats = set(sys.argv[1].split(','));
 print(' '.join(f'tests/problems/test_suite_gpu.py::test_reference_as_candidate_passes_and_a_perturbed_one_fails[{p.name}]'
