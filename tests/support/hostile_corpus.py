@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-FAST_LIMIT = 2.5  # a candidate doing the reference's work (or less, by cheating) must not report more (equal work read 0.9-1.9x on a loaded 2-core box)
+# a candidate doing the reference's work (or less, by cheating) must not report more. On the CPU the limit sits above what
+# equal work reads: the reference as its own candidate read 0.27-2.82x over 20 runs at world 2 on a two-core host
+# (`benchmarks/hostile_report.py --worlds 2 --repeat 20 --only all_reduce_reference_copy`); on a GPU 0.96-1.08x
+FAST_LIMIT = {"cpu": 4.0, "cuda": 2.5, "emulate": 2.5}
 LOG_CAP_CHARS = 20_000
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # what a report may carry of one rank's output
 
@@ -163,7 +166,7 @@ def verdict_problems(fixture: Fixture, report) -> list[str]:
         problems.append(f"an honest control was not judged correct: {said}")
     elif expect == "not-correct" and status == "correct":
         problems.append(f"judged correct: {said}")
-    elif expect == "not-fast" and status == "correct" and speedup is not None and speedup > FAST_LIMIT:
+    elif expect == "not-fast" and status == "correct" and speedup is not None and speedup > FAST_LIMIT[report.device]:
         problems.append(f"correct with an unearned speedup: {said}")
     elif expect == "build_failed" and status != "build_failed":
         problems.append(f"expected build_failed: {said}")
