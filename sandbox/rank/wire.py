@@ -22,6 +22,7 @@ import mmap
 import os
 import socket
 import struct
+import threading
 import warnings
 from typing import Any, Iterable
 
@@ -576,40 +577,61 @@ def tree_tensors(tree: Any, tensors: list) -> list[int]:
 
 # ---------------------------------------------------------------------------- commitments
 DIGEST_CHUNK_BYTES = 8 * 2**20
+STRIPE_BLOCK_BYTES = 256  # a commitment reads a tensor's whole MiBs as a matrix of 256-byte blocks, 4096 to a row...
+STRIPE_BLOCKS = 4096  # ...column by column (tensor_digest)
+STRIPE_BYTES = STRIPE_BLOCK_BYTES * STRIPE_BLOCKS
 _digest_pool = None
 _staging: dict[str, Any] = {}
+_staging_lock = threading.Lock()
 
 
 def tensor_digest(tensor) -> str:
-    """SHA-256 over the SHA-256s of the tensor's bytes in 8 MiB chunks (hashed in parallel; a
-    device tensor is first copied to a reused pinned buffer). A commitment must bind the bytes:
-    a sum of words did not. It is linear, so a rank could commit to outputs it had not made (the
-    word-sum of a concatenation is the sum of its parts' word-sums: an all-gather committed by
-    exchanging one number per rank, and computed only when asked to show it;
-    tests/fixtures/hostile/wordsum_commitment_forgery.py), and within a tolerance any sum can be
-    hit by nudging low bits."""
+    """SHA-256 over the SHA-256s of 8 MiB chunks (hashed in parallel) of the tensor's bytes in a
+    transposed order: its whole MiBs read as a matrix of 256-byte blocks, 4096 to a row, column
+    by column, then the rest as it is. A commitment must bind the bytes, and only a process that
+    holds all of them may be able to make it.
+
+    A sum of words did not bind them. It is linear: the word-sum of a concatenation is the sum of
+    its parts' word-sums, so an all-gather was committed by exchanging one number per rank and
+    computed only when asked to show it (tests/fixtures/hostile/wordsum_commitment_forgery.py);
+    and within a tolerance any sum can be hit by nudging low bits. Chunks of the bytes in their
+    own order did not need all of them: an all-gather's output is the shards one after the other,
+    so with shards of whole 8 MiB chunks each rank hashed its own and the ranks exchanged 32
+    bytes a chunk (chunk_digest_commitment_forgery.py). In the transposed order every chunk runs
+    through every MiB of the tensor, so each rank's part of it is cut into pieces interleaved
+    with every other rank's: ranks that hash their parts without holding the whole would pass a
+    hash state between them hundreds of times per chunk, in time the parent's clock counts."""
     import hashlib
 
-    data = _host_bytes(tensor)
-    chunks = [data[i:i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)] or [data]
-    digests = list(_pool().map(lambda chunk: hashlib.sha256(chunk).digest(), chunks)) if len(chunks) > 1 else \
-        [hashlib.sha256(chunks[0]).digest()]
+    with _staging_lock:
+        data = _committed_bytes(tensor)
+        chunks = [data[i:i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)] or [data]
+        digests = list(_pool().map(lambda chunk: hashlib.sha256(chunk).digest(), chunks)) if len(chunks) > 1 else \
+            [hashlib.sha256(chunks[0]).digest()]
     return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
 
 
-def _host_bytes(tensor) -> memoryview:
-    """The tensor's bytes on the host, without a copy when it is a contiguous CPU tensor."""
+def _committed_bytes(tensor) -> memoryview:
+    """The tensor's bytes on the host, in the order tensor_digest hashes them, in a buffer reused
+    from call to call (pinned for a device tensor: the block transposition is made on the device,
+    and the copy to the host is synchronous)."""
     import torch
 
     flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    if flat.device.type != "cpu":
-        buffer = _staging.get("pinned")
-        if buffer is None or buffer.numel() < flat.numel():
-            buffer = _staging["pinned"] = torch.empty(max(flat.numel(), 2**20), dtype=torch.uint8, pin_memory=True)
-        host = buffer[:flat.numel()]
-        host.copy_(flat)  # synchronous: the bytes are there when it returns
-        flat = host
-    return _tensor_bytes(flat)
+    size, on_device = flat.numel(), flat.device.type != "cpu"
+    key = "pinned" if on_device else "host"
+    buffer = _staging.get(key)
+    if buffer is None or buffer.numel() < size:
+        buffer = _staging[key] = torch.empty(max(size, 2**20), dtype=torch.uint8, pin_memory=on_device)
+    host = buffer[:size]
+    body = size - size % STRIPE_BYTES
+    if body:
+        source = flat[:body] if flat.storage_offset() % 8 == 0 else flat[:body].clone()  # 8-byte words need alignment
+        blocks = source.view(torch.int64).view(-1, STRIPE_BLOCKS, STRIPE_BLOCK_BYTES // 8).transpose(0, 1)
+        host[:body].view(torch.int64).view(STRIPE_BLOCKS, -1, STRIPE_BLOCK_BYTES // 8).copy_(
+            blocks.contiguous() if on_device else blocks)
+    host[body:].copy_(flat[body:])
+    return _tensor_bytes(host)
 
 
 def _pool():

@@ -1,5 +1,6 @@
 """The rank wire: plain data only, every tensor checked against its blob before it is read."""
 
+import hashlib
 import json
 import os
 import struct
@@ -160,3 +161,33 @@ def test_a_commitment_is_not_linear_in_the_bytes():
     b = torch.tensor([4, 3, 2, 1], dtype=torch.int32)
     assert int(a.sum()) == int(b.sum()) and wire.commitment([a]) != wire.commitment([b])
     assert wire.commitment([torch.cat([a, b])]) != wire.commitment([torch.cat([b, a])])
+
+
+def _chunked_sha256(data: bytes) -> str:
+    chunk = wire.DIGEST_CHUNK_BYTES
+    digests = [hashlib.sha256(data[i:i + chunk]).digest() for i in range(0, len(data), chunk)] or [hashlib.sha256(data).digest()]
+    return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
+
+
+def test_a_digest_hashes_the_whole_mebibytes_block_transposed_then_the_rest():
+    """The order, written out with numpy: at an unaligned offset, with a tail, every byte bound."""
+    raw = torch.randint(0, 256, (2 * wire.STRIPE_BYTES + 1003,), dtype=torch.uint8)
+    tensor = raw[3:]  # storage offset 3: not word-aligned
+    data = tensor.numpy()
+    body = len(data) - len(data) % wire.STRIPE_BYTES
+    ordered = data[:body].reshape(-1, wire.STRIPE_BLOCKS, wire.STRIPE_BLOCK_BYTES).transpose(1, 0, 2).tobytes() + data[body:].tobytes()
+    assert wire.tensor_digest(tensor) == _chunked_sha256(ordered)
+    for position in (0, 255, 256, wire.STRIPE_BYTES + 7, body + 5):
+        changed = tensor.clone()
+        changed[position] ^= 1
+        assert wire.tensor_digest(changed) != wire.tensor_digest(tensor)
+
+
+def test_an_all_gather_output_cannot_be_committed_from_the_digests_of_its_shards_chunks():
+    """Shards of whole 8 MiB chunks: their chunk digests, put together, were the output's digest
+    (tests/fixtures/hostile/chunk_digest_commitment_forgery.py); they are not any more."""
+    shards = [torch.randint(0, 256, (wire.DIGEST_CHUNK_BYTES,), dtype=torch.uint8) for _ in range(2)]
+    pieces = [hashlib.sha256(s.numpy().tobytes()).digest() for s in shards]
+    forged = hashlib.sha256(struct.pack("<Q", 2 * wire.DIGEST_CHUNK_BYTES) + b"".join(pieces)).hexdigest()
+    assert forged == _chunked_sha256(torch.cat(shards).numpy().tobytes())  # the old digest: forgeable
+    assert wire.tensor_digest(torch.cat(shards)) != forged
