@@ -577,8 +577,8 @@ def tree_tensors(tree: Any, tensors: list) -> list[int]:
 
 # ---------------------------------------------------------------------------- commitments
 DIGEST_CHUNK_BYTES = 8 * 2**20
-STRIPE_BLOCK_BYTES = 256  # a commitment reads a tensor's whole MiBs as a matrix of 256-byte blocks, 4096 to a row...
-STRIPE_BLOCKS = 4096  # ...column by column (tensor_digest)
+STRIPE_BLOCK_BYTES = 256  # a commitment reads a tensor's bytes as a matrix of 256-byte blocks, 4093 to a row...
+STRIPE_BLOCKS = 4093  # ...column by column (tensor_digest); a prime, so no power-of-two layout lines up with a column
 STRIPE_BYTES = STRIPE_BLOCK_BYTES * STRIPE_BLOCKS
 _digest_pool = None
 _staging: dict[str, Any] = {}
@@ -587,7 +587,7 @@ _staging_lock = threading.Lock()
 
 def tensor_digest(tensor) -> str:
     """SHA-256 over the SHA-256s of 8 MiB chunks (hashed in parallel) of the tensor's bytes in a
-    transposed order: its whole MiBs read as a matrix of 256-byte blocks, 4096 to a row, column
+    transposed order: its whole rows of 4093 256-byte blocks (about 1 MiB) read as a matrix, column
     by column, then the rest as it is. A commitment must bind the bytes, and only a process that
     holds all of them may be able to make it.
 
@@ -597,10 +597,12 @@ def tensor_digest(tensor) -> str:
     and within a tolerance any sum can be hit by nudging low bits. Chunks of the bytes in their
     own order did not need all of them: an all-gather's output is the shards one after the other,
     so with shards of whole 8 MiB chunks each rank hashed its own and the ranks exchanged 32
-    bytes a chunk (chunk_digest_commitment_forgery.py). In the transposed order every chunk runs
-    through every MiB of the tensor, so each rank's part of it is cut into pieces interleaved
-    with every other rank's: ranks that hash their parts without holding the whole would pass a
-    hash state between them hundreds of times per chunk, in time the parent's clock counts."""
+    bytes a chunk (chunk_digest_commitment_forgery.py). In the transposed order every column runs
+    through every row of the tensor, so each rank's part of a chunk is cut into pieces
+    interleaved with the other ranks': whether the ranks own contiguous ranges or stripes of any
+    power-of-two width, a 64 MiB tensor's every chunk changes owner 757 times or more
+    (tests/sandbox/rank/test_wire.py), and ranks that hashed their parts without holding the
+    whole would pass a hash state between them as often, in time the parent's clock counts."""
     import hashlib
 
     with _staging_lock:

@@ -5,6 +5,7 @@ import json
 import os
 import struct
 
+import numpy as np
 import pytest
 import torch
 
@@ -181,6 +182,25 @@ def test_a_digest_hashes_the_whole_mebibytes_block_transposed_then_the_rest():
         changed = tensor.clone()
         changed[position] ^= 1
         assert wire.tensor_digest(changed) != wire.tensor_digest(tensor)
+
+
+@pytest.mark.parametrize("layout", ["ranges", "stripes"])
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_every_chunk_of_the_hash_order_changes_owner_hundreds_of_times(layout, world):
+    """Ranks that own contiguous ranges of a 64 MiB output (an all-gather along dim 0) or stripes
+    of a power-of-two width (along a later dim): in the order the previous test pins, every
+    chunk passes from one rank's bytes to another's at least 757 times, so ranks hashing their
+    own parts would pass a hash state as often (in their own order: 0 for ranges)."""
+    size, block = 64 * 2**20, wire.STRIPE_BLOCK_BYTES
+    blocks = size // block
+    body = blocks - blocks % wire.STRIPE_BLOCKS
+    order = np.concatenate([np.arange(body).reshape(-1, wire.STRIPE_BLOCKS).T.reshape(-1), np.arange(body, blocks)])
+    per_chunk = wire.DIGEST_CHUNK_BYTES // block
+    widths = [size // world] if layout == "ranges" else [256, 2048, 8192, 65536]
+    for width in widths:
+        owner = (order * block) // width % world
+        changes = [int((part[1:] != part[:-1]).sum()) for part in np.split(owner, range(per_chunk, blocks, per_chunk))]
+        assert min(changes) >= 757, (width, min(changes))
 
 
 def test_an_all_gather_output_cannot_be_committed_from_the_digests_of_its_shards_chunks():
