@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -115,16 +116,31 @@ def _built_once(cache_dir: Path, key: str, target: Path, build: Callable[[Path],
                 on_built: Callable[[Path], None] | None = None) -> Path:
     """``target``, made by ``build(build_dir)`` in a fresh folder under a file lock for ``key``
     unless it is there already (another process may have built it while this one waited).
-    ``on_built(target)`` runs under the lock when this call built it, never on a cache hit."""
-    if target.exists():
+    ``on_built(target)`` runs under the lock when this call built it, never on a cache hit.
+    Only a plain file counts: a build that leaves a link (to a file it could not read, which its
+    caller would then read for it) fails, and a link in the cache is built over."""
+    if _plain_file(target):
         return target
     with FileLock(str(cache_dir / f"{key}.lock")):
-        if not target.exists():
+        if not _plain_file(target):
+            target.unlink(missing_ok=True)
             with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
                 build(Path(tmp))
+            if not _plain_file(target):
+                target.unlink(missing_ok=True)
+                raise CompileError(f"the build left {target.name} as a link or a special file, not a plain file")
             if on_built is not None:
                 on_built(target)
     return target
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular file with one name (never a symlink or a hard link), however it was made."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1
 
 
 def _run_compiler(cmd: list[str], build_dir: Path, what: str, confine: Confine | None, extra_read: Sequence[str] = ()) -> str:

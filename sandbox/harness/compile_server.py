@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import shutil
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ class CompileServer:
         return artifact.with_name(artifact.name + ".hmac")
 
     def _digest(self, artifact: Path) -> str:
-        return hmac.new(self.secret, artifact.read_bytes(), hashlib.sha256).hexdigest()
+        return hmac.new(self.secret, _plain_bytes(artifact), hashlib.sha256).hexdigest()
 
     def _seal_holds(self, artifact: Path) -> bool:
         seal = self._seal_path(artifact)
@@ -153,9 +154,19 @@ class CompileServer:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(target.name + ".tmp")
-            shutil.copyfile(artifact, tmp)
+            tmp.write_bytes(_plain_bytes(artifact))
             tmp.replace(target)
         return target
+
+
+def _plain_bytes(path: Path) -> bytes:
+    """The bytes of ``path`` read without following a link, refused unless it is a regular file
+    (a build that left a link to the host secret had it sealed and delivered)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise build.CompileError(f"the build's {path.name} is not a regular file")
+        return handle.read()
 
 
 

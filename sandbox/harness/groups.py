@@ -11,6 +11,7 @@ capped as it is read (head and tail kept).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ from sandbox.backends.base import CappedReader
 from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.memory_watch import MemoryWatch
+from sandbox.jail import pause
 from sandbox.rank.wire import Channel, ChannelClosed, WireError
 from sandbox.readiness import wait_readable
 from sandbox.report import inert
@@ -224,6 +226,13 @@ class RankGroup:
 
     def launcher_log(self) -> str:
         return self.zygote_log.text()
+
+    def paused(self) -> contextlib.AbstractContextManager[str | None]:
+        """Every process of this group stopped for the block (a jailed group; others go on); the
+        block gets None, or why the group could not be stopped."""
+        if not getattr(self.process, "pausable", False) or self.closed:
+            return contextlib.nullcontext()
+        return pause.paused(self.process.pid)
 
     def close(self) -> None:
         """End the whole tree at once: ranks keep nothing worth a graceful exit (their output is

@@ -78,10 +78,11 @@ def candidate_env(workdir: Path, packages: Path, mode: str) -> dict[str, str]:
 
 
 class Launched:
-    """A started zygote (or jail): ``poll()``, ``kill()`` (the whole tree), ``measures``."""
+    """A started zygote (or jail): ``poll()``, ``kill()`` (the whole tree), ``measures``;
+    ``pausable``: a jail, whose tree below its own processes can be stopped whole (sandbox.jail.pause)."""
 
-    def __init__(self, process: Any, measures: list[str], kill):
-        self.process, self.measures, self._kill = process, measures, kill
+    def __init__(self, process: Any, measures: list[str], kill, pausable: bool = False):
+        self.process, self.measures, self._kill, self.pausable = process, measures, kill, pausable
 
     @property
     def pid(self) -> int:
@@ -125,7 +126,7 @@ def candidate_launcher(workdir: Path, mode: str, network: str):
     def launch(argv: list[str], pass_fds: list[int], log_fd: int) -> Launched:
         jail = Jail.start(spec, [sys.executable, "-m", "sandbox.rank", *argv], pass_fds=tuple(pass_fds), stdout=log_fd,
                           stderr=log_fd)
-        return Launched(jail, [*jail.measures, *(f"gap: {gap}" for gap in jail.gaps)], jail.kill)
+        return Launched(jail, [*jail.measures, *(f"gap: {gap}" for gap in jail.gaps)], jail.kill, pausable=True)
 
     return launch
 

@@ -63,6 +63,7 @@ CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candi
 SLOWED_REFERENCE = {"cuda": 1.25, "cpu": 2.0}
 CALIBRATION_CALLS = 12  # harness-only calls timed in each group before candidate code runs (on a GPU)
 MAX_TIMED_FACTOR = 4  # timing goes on past the planned calls until the speedup is as precise as asked, to this many times them
+PAUSE_FAILED = "the candidate's processes could not be stopped while the reference was timed"
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
 MAX_REVEAL_BYTES = 64 * 2**30
@@ -569,6 +570,16 @@ class Evaluation:
                     series.rounds.append(record)
 
     def _timed_round(self, group: RankGroup, calls: list[Call], reveal: list[int]) -> timing.Round:
+        """One group's timed round; the candidate's processes are stopped while the reference's
+        runs, so nothing it left running shares the host with it (sandbox/jail/pause.py)."""
+        if group is self.candidate:
+            return self._timed_round_of(group, calls, reveal)
+        with self.candidate.paused() as failed:
+            if failed and not any(note.startswith(PAUSE_FAILED) for note in self.report.notes):
+                self.report.notes.append(f"{PAUSE_FAILED} ({failed}): work it leaves running may slow the reference")
+            return self._timed_round_of(group, calls, reveal)
+
+    def _timed_round_of(self, group: RankGroup, calls: list[Call], reveal: list[int]) -> timing.Round:
         stage = "performance" if group is self.candidate else "reference timing"
         round_id = self._next_round()
         record = timing.Round(stage_ms=self._stage(group, round_id, calls, stage))

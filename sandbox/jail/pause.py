@@ -1,0 +1,102 @@
+"""Stopping a jailed tree for a while, whole: every process below the jail's own two (the keeper
+and the supervisor), however it forked or left its session, gets SIGSTOP, and SIGCONT after.
+
+The judge stops the candidate's ranks while it times the reference: a thread or a forked
+spinner that a candidate leaves burning the host's cores between its own rounds would slow the
+reference's calls and inflate its harness cost, which the parent's clock takes out of the
+candidate's (tests/fixtures/hostile/inflate_reference_overhead.py). A stopped process cannot
+fork, so sweeping the tree until a sweep finds nothing new that still runs leaves no process of
+it running. Work already queued on a GPU is not stopped (the reference timed alone covers it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Iterator
+
+import psutil
+import structlog
+
+log = structlog.get_logger(__name__)
+
+MAX_SWEEPS = 50  # a tree that still grows after this many sweeps is left as it is (and the caller told)
+STOP_WAIT_S = 1.0  # how long to wait for SIGSTOP to take hold of every process swept
+
+
+class PauseFailed(Exception):
+    """The tree could not be stopped whole (no permission, or it kept growing)."""
+
+
+def _below(root: psutil.Process, spared: set[int]) -> list[psutil.Process]:
+    try:
+        return [p for p in root.children(recursive=True) if p.pid not in spared]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def stop_tree(root_pid: int) -> list[psutil.Process]:
+    """SIGSTOP to every process below ``root_pid`` and its direct children (the jail's keeper
+    and supervisor, which stay up to end the tree); returns them, all stopped. Raises
+    PauseFailed, after resuming what it stopped, when that cannot be done."""
+    try:
+        root = psutil.Process(root_pid)
+        spared = {root_pid, *(p.pid for p in root.children())}
+    except psutil.NoSuchProcess:
+        return []
+    stopped: dict[int, psutil.Process] = {}
+    try:
+        for _ in range(MAX_SWEEPS):
+            fresh = [p for p in _below(root, spared) if p.pid not in stopped]
+            if not fresh:
+                break
+            for process in fresh:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.suspend()
+                    stopped[process.pid] = process
+        else:
+            raise PauseFailed(f"the tree was still growing after {MAX_SWEEPS} sweeps")
+        _wait_stopped(list(stopped.values()))
+    except psutil.AccessDenied as error:
+        resume(list(stopped.values()))
+        raise PauseFailed(f"no permission to stop pid {error.pid}") from None
+    except PauseFailed:
+        resume(list(stopped.values()))
+        raise
+    return list(stopped.values())
+
+
+def _wait_stopped(processes: list[psutil.Process]) -> None:
+    deadline = time.monotonic() + STOP_WAIT_S
+    for process in processes:
+        while True:
+            try:
+                if process.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE):
+                    break
+            except psutil.NoSuchProcess:
+                break
+            if time.monotonic() > deadline:
+                raise PauseFailed(f"pid {process.pid} did not stop within {STOP_WAIT_S:g} s")
+            time.sleep(0.0005)
+
+
+def resume(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            process.resume()
+
+
+@contextlib.contextmanager
+def paused(root_pid: int) -> Iterator[str | None]:
+    """The tree below ``root_pid`` stopped for the block; yields None, or why it could not be
+    stopped (the block then runs with the tree going on)."""
+    try:
+        processes = stop_tree(root_pid)
+    except PauseFailed as error:
+        log.warning("jail_pause_failed", root_pid=root_pid, reason=str(error))
+        yield str(error)
+        return
+    try:
+        yield None
+    finally:
+        resume(processes)

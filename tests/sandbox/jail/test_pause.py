@@ -1,0 +1,96 @@
+"""Stopping a jailed tree whole (sandbox/jail/pause.py): threads, forked spinners that left their
+session and their parent all stop, the jail's own processes do not (it can still be ended), and
+everything runs again after."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from sandbox.jail import Jail, JailSpec, pause
+
+SPINNERS = r"""
+import os, threading
+for _ in range(2):
+    if os.fork() == 0:
+        os.setsid()  # a session of its own...
+        if os.fork() == 0:
+            while True:  # ...and an orphan: its parent exits below
+                pass
+        os._exit(0)
+threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
+print("ready", flush=True)
+while True:
+    pass
+"""
+
+
+def _below(jail: Jail) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(jail.process.pid)
+        spared = {root.pid, *(p.pid for p in root.children())}
+        return [p for p in root.children(recursive=True) if p.pid not in spared]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _cpu_s(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+@pytest.fixture
+def spinning(tmp_path):
+    read, write = os.pipe()
+    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", SPINNERS], stdout=write)
+    os.close(write)
+    try:
+        with os.fdopen(read) as out:
+            assert out.readline().strip() == "ready"
+        deadline = time.monotonic() + 10
+        while len(_below(jail)) < 3 and time.monotonic() < deadline:  # the payload and its two orphans
+            time.sleep(0.05)
+        assert len(_below(jail)) >= 3
+        yield jail
+    finally:
+        jail.kill()
+
+
+def test_a_paused_tree_uses_no_cpu_and_runs_again_after(spinning):
+    processes = _below(spinning)
+    with pause.paused(spinning.process.pid) as failed:
+        assert failed is None
+        assert all(p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE) for p in _below(spinning))
+        before = _cpu_s(processes)
+        time.sleep(0.5)
+        assert _cpu_s(processes) - before < 0.02
+    before = _cpu_s(processes)  # the control: the same tree, running
+    time.sleep(0.5)
+    assert _cpu_s(processes) - before > 0.2
+    assert not any(p.status() == psutil.STATUS_STOPPED for p in processes)
+
+
+def test_a_paused_jail_can_still_be_ended(spinning):
+    processes = _below(spinning)
+    with pause.paused(spinning.process.pid):
+        started = time.monotonic()
+        spinning.kill()
+        assert time.monotonic() - started < 5
+    assert not _below(spinning) and not any(p.is_running() for p in processes)
+
+
+def test_a_tree_that_is_gone_pauses_as_nothing():
+    done = subprocess.run([sys.executable, "-c", "pass"])
+    with pause.paused(2**22 + done.returncode + 7) as failed:  # no such pid
+        assert failed is None
