@@ -488,7 +488,8 @@ class Evaluation:
             reference, candidate = self._timed_series(size, target)
             try:
                 self.report.timing_check = timing.check_clock(candidate, reference, self.config.device,
-                                                              self.candidate_calibration, self.reference_calibration)
+                                                              self.candidate_calibration, self.reference_calibration,
+                                                              self.reference_alone if self._slowed(reference) else None)
                 break
             except timing.TimingRejected as rejected:
                 if attempt + 1 == CLOCK_ATTEMPTS:
@@ -522,14 +523,17 @@ class Evaluation:
         when it ran more than SLOWED_REFERENCE times slower beside the candidate than alone
         (tests/fixtures/hostile/spin_while_reference_runs.py, cuda_spin_during_reference.py)."""
         beside, alone = self.report.reference_timing.median_ms, self.report.reference_alone_ms
-        factor = SLOWED_REFERENCE.get(self.config.device, 2.0)
-        if not alone or self.reference_alone is None or not timing.slowed(beside_series.steps(), self.reference_alone.steps(),
-                                                                          factor):
+        if not alone or not self._slowed(beside_series):
             return beside
         self.report.notes.append(f"the reference ran {beside / alone:.2f}x slower beside the candidate ({beside:.4f} ms a call) than "
                                  f"alone before the candidate was loaded ({alone:.4f} ms): the speedup is taken against the "
                                  "reference alone (work left running on the device or the host between calls slows the reference)")
         return alone
+
+    def _slowed(self, beside: timing.Series) -> bool:
+        """Whether the reference ran SLOWED_REFERENCE times slower beside the candidate than alone."""
+        return self.reference_alone is not None and timing.slowed(
+            beside.steps(), self.reference_alone.steps(), SLOWED_REFERENCE.get(self.config.device, 2.0))
 
     def _timed_series(self, size: int, target: int) -> tuple[timing.Series, timing.Series]:
         reference = timing.Series(self.reference.overheads)

@@ -119,12 +119,18 @@ def _offset(candidate: list[float], reference: list[float]) -> float:
 
 
 def check_clock(candidate: Series, reference: Series, device: str, candidate_calibration: Series | None = None,
-                reference_calibration: Series | None = None) -> ClockCheck:
+                reference_calibration: Series | None = None, reference_alone: Series | None = None) -> ClockCheck:
     """Raise TimingRejected when the candidate's claims disagree with the parent's clock; else the
     check's numbers, including the least time per call the parent's clock allows (``clock_floor_ms``).
     The calibrations (the harness's own work timed in each group's processes before any candidate
-    code ran, on a GPU) take out what the candidate's processes are surely slower by on their own."""
+    code ran, on a GPU) take out what the candidate's processes are surely slower by on their own.
+    ``reference_alone``, given when the reference ran slower beside the candidate than alone, is the
+    yardstick of the harness's cost instead: work a candidate leaves running (a spin kernel queued
+    on the GPU) inflated the reference's unaccounted time, which the clock takes out of the
+    candidate's (tests/fixtures/hostile/inflate_reference_overhead.py, on the host CPU)."""
     floor = FLOOR_MS.get(device, FLOOR_MS["cpu"])
+    if reference_alone is not None and reference_alone.rounds:
+        reference = reference_alone
     cand_cal, ref_cal = candidate_calibration or Series([]), reference_calibration or Series([])
     offset = _offset(cand_cal.unclaimed(), ref_cal.unclaimed())
     stage_offset = _offset(cand_cal.staging_per_call(), ref_cal.staging_per_call())

@@ -232,3 +232,19 @@ def test_a_timing_let_through_by_the_process_allowance_is_read_on_the_clock():
         record.stage_ms = 1.0 + 6 * 0.2
     check = timing.check_clock(precomputing, reference, "cpu")
     assert timing.reported_ms(0.05, check)[0] >= 0.2, check
+
+
+def test_a_reference_slowed_beside_the_candidate_does_not_lower_the_clocks_floor():
+    """Work a candidate leaves running inflates the reference's harness cost beside it (5 ms a call
+    against 2 ms alone); its own calls take 1 ms of work and claim 0.01 ms. Against the inflated
+    yardstick the claim stood (a speedup near 100x); against the reference alone it reads 1 ms."""
+    rng = random.Random(3)
+    beside = _series([1.0] * 48, [1.0 + 5.0 + rng.uniform(0, 0.05) for _ in range(48)])
+    alone = _series([1.0] * 48, [1.0 + 2.0 + rng.uniform(0, 0.05) for _ in range(48)])
+    liar = _series([0.01] * 48, [1.0 + 2.0 + rng.uniform(0, 0.05) for _ in range(48)])
+    fooled = timing.check_clock(liar, beside, "cpu")
+    assert timing.reported_ms(0.01, fooled)[0] < 0.1  # the old yardstick: the claim stands
+    check = timing.check_clock(liar, beside, "cpu", reference_alone=alone)
+    assert timing.reported_ms(0.01, check)[0] == pytest.approx(1.0, abs=0.1)
+    honest = _series([1.0] * 48, [1.0 + 2.0 + rng.uniform(0, 0.05) for _ in range(48)])  # the control: read as claimed
+    assert timing.reported_ms(1.0, timing.check_clock(honest, beside, "cpu", reference_alone=alone)) == (1.0, None)
