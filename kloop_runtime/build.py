@@ -5,10 +5,11 @@ version); the result lands atomically in the cache under that key, and a file lo
 means concurrent ranks never compile the same source twice. Compiler output is kept whole for
 feedback.
 
-Compilers run as the caller's ``confine`` says. The judge, which compiles hostile sources, passes
-one that runs them under Landlock (read system folders, write only the build folder), so a
-hostile ``#include`` cannot pull a user's files into the compiler log; without one (a solution
-run by hand, outside the harness) the compiler runs as it is. The runtime never imports the judge.
+Compilers run as the caller's ``confine`` says. The judge, which compiles hostile sources and
+flags, passes one that runs each build in a jail (an unprivileged uid, no network, the build
+folder its only writable one), so a hostile ``#include`` cannot pull a user's files into the
+compiler log, nor a flag run commands as the judge; without one (a solution run by hand, outside
+the harness) the compiler runs as it is. The runtime never imports the judge.
 """
 
 from __future__ import annotations
