@@ -3,10 +3,10 @@
 On the CPU the parent stages each call's inputs, for either group, as its own writable copy of
 the reference's sealed blob (``wire.shared_copy``): the rank's input tensors are views of that
 file, so whatever the solution writes into them lands in memory the parent reads. Right after a
-checked call ends (its ``done`` or ``burst_done``), the parent compares each rank's copy with the
-sealed original, tensor by tensor, before the rank is asked anything else; a difference where the
-reference leaves its inputs alone is ``wrong``, and the verdict names the rank, the input and the
-call. A rank cannot talk its way out of it: its commitment and its revealed bytes are not
+call ends (its ``done`` or ``burst_done``), the parent compares each rank's copy with the sealed
+original, tensor by tensor, before the rank is asked anything else; on a checked call, a
+difference where the reference leaves its inputs alone is ``wrong``, and the verdict names the
+rank, the input and the call. A rank cannot talk its way out of it: its commitment and its revealed bytes are not
 consulted (tests/fixtures/hostile/mutate_input_scratch.py patches both). What is left to a rank is
 to copy its inputs before writing them (the copy it meant to save, paid in the timed call or in
 staging, which the clock checks against the reference's), or to undo a write after its answer and
@@ -26,8 +26,11 @@ copy-on-write pages of its own (tests/fixtures/hostile/mutate_input_private_rema
 every call the parent also reads /proc/<pid>/maps of every process in the candidate group's tree
 (on the host, outside the jail, where a rank cannot alter what is read) and refuses any private
 mapping of a staged copy (:func:`private_mappings`, by device and inode, which the rank cannot
-forge). What that leaves a rank is again to copy: into memory of its own (paid in staging or in
-the call, which the clock checks), and a private file mapping is no cheaper than that copy.
+forge), as a protocol violation. What that leaves a rank is again to copy: into memory of its
+own (paid in staging or in the call, which the clock checks); a private mapping is no cheaper
+than that copy (each page written is copied on its fault), and one dropped before the rank
+answers takes with it what was written there, unless that was copied out first. A process whose
+maps the parent cannot read (never, for a root parent) is passed over with a warning.
 
 On a GPU the inputs are the rank's own device memory; there the judge still compares the bytes a
 rank reveals (sandbox/harness/judge.py), which a rank that rewrites the harness can forge.
@@ -50,6 +53,7 @@ from sandbox.rank import wire
 from sandbox.report import Mismatch, RankVerdict
 
 log = structlog.get_logger(__name__)
+_UNREADABLE: set[int] = set()  # pids already warned of
 
 
 @dataclass
@@ -117,8 +121,10 @@ def changed_inputs(original_fd: int, staged: mmap.mmap, skip: set[int]) -> list[
                 start = blob.data_start + spec["offset"]
                 before = torch.frombuffer(blob.map, dtype=torch.uint8, count=spec["nbytes"], offset=start)
                 after = torch.frombuffer(staged, dtype=torch.uint8, count=spec["nbytes"], offset=start)
-                if not torch.equal(before, after) and index not in skip:
-                    changed.append((index, int((before != after).sum()), spec["nbytes"]))
+                if not torch.equal(before, after):
+                    differ = int((before != after).sum())  # counted in ``skip`` too: the same work either way
+                    if index not in skip:
+                        changed.append((index, differ, spec["nbytes"]))
                 del before, after
     return changed
 
@@ -155,6 +161,11 @@ def private_mappings(root_pid: int, files: set[tuple[int, int]]) -> list[str]:
             with open(f"/proc/{process.pid}/maps") as handle:
                 lines = handle.readlines()
         except (FileNotFoundError, ProcessLookupError):
+            continue
+        except PermissionError:  # never for a parent that is root, or owns the jail's user namespace
+            if process.pid not in _UNREADABLE:
+                _UNREADABLE.add(process.pid)
+                log.warning("maps_unreadable", pid=process.pid, why="cannot check this process for private input mappings")
             continue
         for line in lines:
             parts = line.split(maxsplit=5)
