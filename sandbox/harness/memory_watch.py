@@ -79,7 +79,7 @@ class MemoryWatch:
 
     def _scan(self) -> None:
         """Find the ranks (the zygote's children, in the order it forked them) and what each forked."""
-        everyone = _descendants(self.root_pid)
+        everyone = descendants(self.root_pid)
         if not everyone:
             return
         if len(self._ranks) < self.world:
@@ -95,7 +95,7 @@ class MemoryWatch:
             self._ranks = ranks[:self.world]
         trees = []
         for rank in self._ranks:
-            trees.append([rank, *_descendants(rank.pid)] if rank.is_running() else [])
+            trees.append([rank, *descendants(rank.pid)] if rank.is_running() else [])
         self._trees = trees
         self._held = [_held_files(tree) for tree in trees]
         counted = {p.pid for tree in trees for p in tree} | _ancestors(self._ranks)  # the jail's own processes, the zygote
@@ -154,7 +154,7 @@ def _children(process: psutil.Process) -> list[psutil.Process]:
     return found
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
+def descendants(pid: int) -> list[psutil.Process]:
     found: list[psutil.Process] = []
     try:
         pending = [psutil.Process(pid)]

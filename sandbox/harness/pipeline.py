@@ -90,7 +90,7 @@ class Evaluation:
         self.reference_calibration = timing.Series([])  # the harness's own per-call cost in each group (see _calibrate)
         self.candidate_calibration = timing.Series([])
         self.reference_alone: timing.Series | None = None  # the reference timed before candidate code existed
-        self.staged: dict[int, list[list[int]]] = {}  # round -> [rank][call]: inputs shared with the ranks (cpu)
+        self.staged: dict[int, staged_inputs.StagedRound] = {}  # round -> inputs shared with the ranks (cpu)
         self.report = EvalReport(
             status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
             dtype=self.dtype, size=self.size, trials=config.trials, public_seeds=[config.seed + t for t in range(config.trials)],
@@ -125,8 +125,8 @@ class Evaluation:
         finally:
             teardown = time.monotonic()
             self.group_source.release(self, *(self.groups or [None, None]))
-            for copies in self.staged.values():
-                staged_inputs.close_copies(copies)
+            for staged in self.staged.values():
+                staged.close()
             self.staged.clear()
             self._attach_logs()
             if self.compile_server is not None:
@@ -360,7 +360,8 @@ class Evaluation:
         shared = self.config.device == "cpu"
         if shared:
             with self._parent_work("staging inputs"):
-                fds = self.staged[round_id] = staged_inputs.stage_copies(calls, self.config.world)
+                staged = self.staged[round_id] = staged_inputs.stage_copies(calls, self.config.world)
+                fds = staged.fds
         else:
             fds = [[call.inputs[rank] for call in calls] for rank in range(self.config.world)]
         started = time.perf_counter()
@@ -411,22 +412,36 @@ class Evaluation:
                 for position, fd in enumerate(answer.fds):
                     try:
                         shown[position].append(Revealed.read(fd, reveal_limit(calls[position], answer.rank)))
-                    except (wire.WireError, ValueError, TypeError, OSError) as error:  # WireError is no ValueError
-                        raise m.ProtocolViolation(f"a revealed call could not be read: {error}") from None
+                    except MemoryError:  # the blob is bounded by reveal_limit: running out is the parent's trouble
+                        raise
+                    except Exception as error:  # noqa: BLE001 - whatever a rank's bytes make torch raise is the rank's
+                        # Not only the wire's own refusals: torch raises RuntimeError (and who knows what else) on
+                        # descriptions the checks let through (tests/fixtures/hostile/reveal_zero_size_overflowing_shape.py).
+                        log.info("revealed_blob_unreadable", rank=answer.rank, error_type=type(error).__name__, error=str(error)[:200])
+                        kind = "" if isinstance(error, wire.WireError) else f"{type(error).__name__}: "
+                        raise m.ProtocolViolation(f"a revealed call could not be read: {kind}{str(error)[:200]}") from None
         return shown
 
     def _check_inputs(self, round_id: int, calls: list[Call], start: int) -> None:
         """The staged inputs of ``calls`` (the round's calls from ``start`` on), as the parent's
-        own copies hold them right after the calls ended: unchanged, on every checked call."""
-        copies = self.staged.get(round_id)
-        if copies is None:
+        own copies hold them right after the calls ended: unchanged on every checked call, and
+        mapped by no process of the candidate's tree privately. Done alike after every call,
+        checked or not (sandbox/harness/staged_inputs.py)."""
+        staged = self.staged.get(round_id)
+        if staged is None:
             return  # on a device: the inputs are the rank's own memory (judged from what it reveals)
         with self._parent_work("checking inputs"):
-            staged_inputs.check_inputs(calls, [fds[start:start + len(calls)] for fds in copies], self.problem.spec.in_place)
+            try:
+                staged_inputs.check_mappings(self.candidate.process.pid, staged.files)
+            except staged_inputs.PrivateMapping as error:
+                raise m.ProtocolViolation(str(error)) from None
+            staged_inputs.check_inputs(calls, [views[start:start + len(calls)] for views in staged.views], self.problem.spec.in_place)
 
     def _drop(self, group: RankGroup, round_id: int) -> None:
         self._checked(group, group.ask({"type": "drop", "round": round_id}, m.Dropped, self.config.timeouts.correctness_s, "drop"))
-        staged_inputs.close_copies(self.staged.pop(round_id, []))
+        staged = self.staged.pop(round_id, None)
+        if staged is not None:
+            staged.close()
 
     def _next_round(self) -> int:
         self.rounds += 1

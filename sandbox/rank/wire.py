@@ -333,6 +333,8 @@ def _checked_specs(specs: Any, data_bytes: int) -> list[dict[str, Any]]:
             raise WireError("a malformed tensor extent")
         if math.prod(shape) * itemsize(dtype) != nbytes:
             raise WireError(f"a tensor of shape {shape} and dtype {dtype} cannot hold {nbytes} bytes")
+        if math.prod(max(d, 1) for d in shape) * itemsize(dtype) >= 2**62:  # an empty tensor's strides are these products
+            raise WireError(f"a tensor of shape {shape[:MAX_DIMS]} and dtype {dtype} is too large to describe, even empty")
         if offset % ALIGN or offset + nbytes > data_bytes:
             raise WireError("a tensor outside its blob")
         checked.append(spec)

@@ -92,6 +92,24 @@ def test_a_lying_tensor_description_is_refused_before_reading(spec, why):
         os.close(fd)
 
 
+@pytest.mark.parametrize("shape", [[0, 2**61, 2**61], [2**61, 0, 4], [0] + [2**10] * 6, [0, 2**60]])
+def test_an_empty_tensor_whose_strides_would_overflow_is_refused(shape):
+    """Zero bytes, so numel x itemsize = nbytes holds, yet torch cannot even make the empty tensor:
+    its strides are the products of the other dimensions (tests/fixtures/hostile/reveal_zero_size_overflowing_shape.py)."""
+    fd = _blob_with({"tree": {"T": 0}, "tensors": [{"dtype": "float32", "shape": shape, "offset": 0, "nbytes": 0,
+                                                     "requires_grad": False}]}, bytes(64))
+    try:
+        with pytest.raises(wire.WireError, match="too large"):
+            wire.Blob(fd, 2**30)
+    finally:
+        os.close(fd)
+
+
+def test_a_large_but_describable_empty_tensor_still_crosses():
+    out = roundtrip((torch.empty(0, 2**20, 2**20),))[0]
+    assert out.shape == (0, 2**20, 2**20) and out.numel() == 0
+
+
 @pytest.mark.parametrize("tree", [{"T": 5}, {"pickle": "x"}, {"module": {"class": "os.system", "attrs": {}, "params": {},
                                                                           "buffers": {}, "children": {}}}, {"F": "1e999"}])
 def test_a_malformed_tree_is_refused(tree):
