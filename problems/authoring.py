@@ -8,11 +8,17 @@ def rank_generator(generator, rank: int):
     """A generator for this rank's own data, derived from the trial's shared generator.
 
     The harness seeds ``generator`` identically on every rank (so ranks can draw shared data
-    such as routing tables); per-rank data comes from this one."""
+    such as routing tables); per-rank data comes from this one. Its seed is a hash of the shared
+    seed and the rank, so one rank's seed says nothing of another's: a CPU generator keeps only a
+    seed's low 32 bits, and seeds that differed by a known constant let a rank that searched out
+    its own (2**32 tries) draw every other rank's inputs."""
+    import hashlib
+
     import torch
 
+    digest = hashlib.sha256(f"kloop-rank-generator:{generator.initial_seed()}:{rank}".encode()).digest()
     derived = torch.Generator(device=generator.device)
-    derived.manual_seed((generator.initial_seed() * 0x9E3779B97F4A7C15 + 7919 * (rank + 1)) % 2**63)
+    derived.manual_seed(int.from_bytes(digest[:8], "little") % 2**63)
     return derived
 
 
