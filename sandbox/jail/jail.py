@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,8 @@ class Jail:
         self.process, self.spec = process, spec
         self._control_fd, self._status_fd = control_fd, status_fd
         self._buffer = b""
+        self._finish_lock = threading.Lock()
+        self._finished = False
         self.measures: tuple[str, ...] = ()
         self.returncode: int | None = None
 
@@ -87,6 +90,16 @@ class Jail:
         return json.loads(line)
 
     def _finish(self) -> int:
+        """Read the last events and close the pipes, once: poll() and kill() may race from two
+        threads (a warm pool's waiter and its closer), and a second reader of a closed status fd
+        got EBADF, or another file that took its number."""
+        with self._finish_lock:
+            if self._finished:
+                return self.returncode
+            self._finished = True
+            return self._finish_once()
+
+    def _finish_once(self) -> int:
         returncode = self.process.returncode
         while (event := self._next_event(time.monotonic() + 1.0)) is not None:
             if event.get("event") == "exit":
@@ -115,9 +128,10 @@ class Jail:
         """End the whole tree, however it forked, and wait until it is gone."""
         if self.returncode is not None:
             return self.returncode
-        if self._control_fd >= 0:
-            os.close(self._control_fd)  # the keeper kills the supervisor; with it goes the tree
-            self._control_fd = -1
+        with self._finish_lock:
+            if self._control_fd >= 0:
+                os.close(self._control_fd)  # the keeper kills the supervisor; with it goes the tree
+                self._control_fd = -1
         try:
             self.process.wait(KILL_WAIT_S)
         except subprocess.TimeoutExpired:

@@ -304,3 +304,30 @@ def test_the_work_dir_is_handed_over_but_never_a_planted_hard_link(tmp_path):
     Jail.start(JailSpec(workdir=str(workdir)), ["/bin/true"]).wait(30)
     assert os.stat(outside).st_uid == 0 and os.stat(workdir / "planted").st_uid == 0
     assert os.stat(workdir / "sub" / "given.py").st_uid == 65534 and os.stat(workdir / "sub").st_uid == 65534
+
+
+def test_poll_and_kill_from_several_threads_end_the_jail_once(tmp_path):
+    """A warm pool polls a group from one thread while another ends it: the jail's pipes are read
+    and closed once (a second reader of the closed status fd raised EBADF in a full run)."""
+    import threading
+
+    for _ in range(10):
+        jail = Jail.start(JailSpec(workdir=str(tmp_path)), ["sleep", "0.05"])
+        errors: list[BaseException] = []
+
+        def hammer():
+            try:
+                deadline = time.monotonic() + 5
+                while jail.poll() is None and time.monotonic() < deadline:
+                    pass
+            except BaseException as error:  # noqa: BLE001 - collected for the assertion below
+                errors.append(error)
+
+        threads = [threading.Thread(target=hammer) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        jail.process.wait()  # the command has ended: every poller now ends the jail's side too
+        returncode = jail.kill()
+        for thread in threads:
+            thread.join()
+        assert errors == [] and jail.poll() == returncode
