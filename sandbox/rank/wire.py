@@ -15,6 +15,8 @@ This module is imported by rank processes, so it imports only the standard libra
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import fcntl
 import json
 import math
@@ -24,11 +26,12 @@ import socket
 import struct
 import threading
 import warnings
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from sandbox.readiness import wait_readable
 
 MAX_INLINE_BYTES = 60_000
+CUDA_HOST_REGISTER_READ_ONLY = 0x08  # cudaHostRegisterReadOnly: the device only reads the locked pages
 MAX_HEADER_BYTES = 8 * 2**20
 MAX_FDS = 64
 MAX_TENSORS = 4096
@@ -241,11 +244,10 @@ class Blob:
             raise WireError("a blob too short to hold a header")
         self.size = size
         self.shared = shared
-        if shared:  # populated now: a call must not pay the page faults that a copy made in staging would have paid
-            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        else:
-            self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        # populated now, in one call: a call must not pay the page faults that a copy made in staging would have paid, and
+        # a copy to the device must not pay one a page (benchmarks/staging.py)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        self.map = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ | (mmap.PROT_WRITE if shared else 0))
         try:
             if self.map[:len(MAGIC)] != MAGIC:
                 raise WireError("not a blob (bad magic)")
@@ -293,7 +295,33 @@ class Blob:
         return bytes(self.map[start:start + spec["nbytes"]])
 
     def tensors(self, device=None) -> list:
-        return [self.tensor(i, device) for i in range(len(self.specs))]
+        with self._page_locked(device):
+            return [self.tensor(i, device) for i in range(len(self.specs))]
+
+    @contextlib.contextmanager
+    def _page_locked(self, device) -> Iterator[None]:
+        """The mapping page-locked while its tensors are copied to a CUDA ``device``: on the H200
+        a 128 MiB blob staged in 15-16 ms against 24-32 ms from pageable memory, with less spread
+        (benchmarks/staging.py), and the clock check compares the two groups' staging times.
+        Where the driver refuses, the copy goes on from pageable memory."""
+        import torch
+
+        if self.shared or device is None or torch.device(device).type != "cuda" or self.size <= self.data_start:
+            yield
+            return
+        cudart = torch.cuda.cudart()
+        with warnings.catch_warnings():  # read-only memory: only copied from
+            warnings.simplefilter("ignore", UserWarning)
+            pointer = torch.frombuffer(self.map, dtype=torch.uint8, count=1).data_ptr()
+        locked = int(cudart.cudaHostRegister(pointer, self.size, CUDA_HOST_REGISTER_READ_ONLY)) == 0
+        if not locked:
+            _clear_cuda_error()
+        try:
+            yield
+        finally:
+            if locked:
+                torch.cuda.synchronize(device)
+                cudart.cudaHostUnregister(pointer)
 
     def close(self) -> None:
         if not self.shared:  # a shared blob's map lives as long as the tensors that view it
@@ -304,6 +332,15 @@ class Blob:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _clear_cuda_error() -> None:
+    """Reset the CUDA runtime's last error after a call that failed without harm (torch checks it
+    after its next kernel launch): through the libcudart this process already loaded."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    for path in paths:
+        ctypes.CDLL(path).cudaGetLastError()
 
 
 def dtype_name(dtype) -> str:

@@ -1,0 +1,49 @@
+"""Blobs staged to a GPU (marker gpu): page-locked for the copy, and a copy from pageable memory
+where the driver refuses to lock them, with nothing left behind for torch to trip on."""
+
+import os
+
+import pytest
+
+from sandbox.rank import wire
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def blob_fd():
+    import torch
+
+    tensors = [torch.arange(3 * 2**20, dtype=torch.float32), torch.tensor([7], dtype=torch.int64), torch.empty(0)]
+    fd = wire.write_blob([{"T": 0}, {"T": 1}, {"T": 2}], tensors)
+    yield fd, tensors
+    os.close(fd)
+
+
+def test_a_blob_staged_page_locked_arrives_whole(blob_fd):
+    import torch
+
+    fd, tensors = blob_fd
+    with wire.Blob(fd, 2**30) as blob:
+        staged = blob.tensors("cuda")
+    for sent, arrived in zip(tensors, staged):
+        assert arrived.device.type == "cuda" and torch.equal(arrived.cpu(), sent)
+
+
+def test_a_blob_the_driver_will_not_lock_is_copied_from_pageable_memory(blob_fd):
+    """Locked already (cudaErrorHostMemoryAlreadyRegistered): the copy goes on, and the failed
+    call's error is cleared before torch's next kernel launch checks for one."""
+    import torch
+
+    fd, tensors = blob_fd
+    cudart = torch.cuda.cudart()
+    with wire.Blob(fd, 2**30) as blob:
+        pointer = torch.frombuffer(blob.map, dtype=torch.uint8, count=1).data_ptr()
+        assert int(cudart.cudaHostRegister(pointer, blob.size, wire.CUDA_HOST_REGISTER_READ_ONLY)) == 0
+        try:
+            staged = blob.tensors("cuda")
+            launched = torch.ones(4, device="cuda") * 2  # raised "CUDA error" when the error was left set
+            torch.cuda.synchronize()
+        finally:
+            cudart.cudaHostUnregister(pointer)
+    assert torch.equal(staged[0].cpu(), tensors[0]) and launched.sum().item() == 8
