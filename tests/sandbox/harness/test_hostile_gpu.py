@@ -35,7 +35,8 @@ GPU_KNOWN_HOLES = {
     "work_after_timer": "on the H200 the parent's clock resolves hidden work per call only down to the harness's own per-call "
                         "cost and its differences between processes (22 ms a call at 64 MB: the commitment copies and hashes "
                         "128 MB), and the hidden all-reduce takes 0.4 ms: 15.7x, correct, on 2026-12-02 (morning); rejected in "
-                        "the two runs after, only because its placeholder's claim (0.016 ms) fell below the roofline",
+                        "the two runs after, only because its placeholder's claim (0.016 ms) fell below the roofline; "
+                        "2026-12-02 (afternoon), two runs: 0.09x (charged on the clock), then 4.47x at 125% of the roofline",
 }
 CUDA_CASES = [pytest.param(f, id=f.name, marks=[pytest.mark.xfail(strict=False, reason=GPU_KNOWN_HOLES[f.name])]
                            if f.name in GPU_KNOWN_HOLES else [])
