@@ -35,6 +35,7 @@ from agent import budget as budgets
 from agent.base_agent import BaseAgent, clean_text, console_log
 from agent.control import NonTerminating, Submitted, Terminating
 from agent.extract import extract_solution
+from agent.intervals import overlaps
 from agent.prompting import feedback_prompt, system_prompt, task_options, task_prompt
 from agent.providers import Message, Model, ModelResponse
 from agent.run_config import RunConfig
@@ -45,12 +46,23 @@ from sandbox.report import EvalReport
 
 
 class BestSolution(BaseModel):
-    """The fastest correct solution so far (also in ``best/`` of the run folder)."""
+    """The fastest correct solution so far (also in ``best/`` of the run folder): the highest
+    speedup, and the other correct steps whose timing interval overlaps its own, which the timing
+    cannot tell apart from it (a loop that reads them as ranked ranks noise)."""
 
     step: int
     speedup: float | None = Field(description="None when the run is untimed")
+    speedup_ci: list[float] | None = Field(default=None, description="its 95% interval, as the judge reported it")
     status: str
+    tied_steps: list[int] = Field(default_factory=list, description="correct steps whose speedup interval overlaps this one's")
     source: str = Field(repr=False)
+
+    def speed(self) -> str:
+        if self.speedup is None:
+            return "untimed"
+        tied = f", not told apart from step{'s' if len(self.tied_steps) > 1 else ''} {', '.join(map(str, self.tied_steps))}" \
+            if self.tied_steps else ""
+        return f"{self.speedup:.2f}x{tied}"
 
 
 class Agent(BaseAgent):
@@ -61,6 +73,7 @@ class Agent(BaseAgent):
         self.evaluate = evaluate
         self.on_progress = on_progress
         self.best: BestSolution | None = None
+        self.timed_correct: dict[int, list[float]] = {}  # step -> speedup interval, of every correct timed step
         self.warnings: list[str] = []
         self.seen: dict[str, tuple[int, str, str]] = {}  # solution source -> (step, status, message)
         self.finished = False
@@ -164,10 +177,17 @@ class Agent(BaseAgent):
     def _keep_if_best(self, step: int, source: str, report: EvalReport) -> None:
         if not report.correct:
             return
+        if report.speedup is not None:
+            self.timed_correct[step] = report.speedup_ci or [report.speedup, report.speedup]
         if self.best is None or (report.speedup or 0.0) > (self.best.speedup or 0.0):
-            self.best = BestSolution(step=step, speedup=report.speedup, status=report.status, source=source)
+            self.best = BestSolution(step=step, speedup=report.speedup, speedup_ci=report.speedup_ci, status=report.status,
+                                     source=source)
             self.trajectory.write_file("best/solution.py", source)
             self.trajectory.write_file("best/report.json", report.model_dump_json(indent=2))
+        if self.best.step in self.timed_correct:
+            mine = self.timed_correct[self.best.step]
+            self.best.tied_steps = [other for other, interval in self.timed_correct.items()
+                                    if other != self.best.step and overlaps(interval, mine)]
 
     def _stats(self) -> dict[str, Any]:
         return {**super()._stats(), "best": self.best.model_dump(exclude={"source"}) if self.best else None,
@@ -186,8 +206,7 @@ class Agent(BaseAgent):
         submission = self.best.source if self.best else ""
         summary = f"{exit_status}: {message or exit_status}"
         if self.best:
-            speed = f"{self.best.speedup:.2f}x" if self.best.speedup is not None else "untimed"
-            summary += f"; best: step {self.best.step} ({speed})"
+            summary += f"; best: step {self.best.step} ({self.best.speed()})"
         else:
             summary += "; no correct solution"
         extra: dict[str, Any] = {"exit_status": exit_status, "submission": submission}

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent.batch.episodes import EpisodeResult
+from agent.intervals import overlaps
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BOOTSTRAP = 1000
@@ -201,10 +202,6 @@ def _count(items: Iterable[Any]) -> dict[Any, int]:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 9)
-
-
-def overlaps(a: list[float] | None, b: list[float] | None) -> bool:
-    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
 
 
 def interval(metric: dict[str, Any]) -> list[float] | None:

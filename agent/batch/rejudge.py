@@ -17,9 +17,9 @@ import yaml
 
 from agent.batch.config import parse_config
 from agent.batch.episodes import EpisodeResult, StepPoint
-from agent.batch.metrics import overlaps
 from agent.batch.store import RESULTS, load_results
 from agent.errors import UserError
+from agent.intervals import overlaps
 from sandbox.atomic_file import atomic_write
 
 log = structlog.get_logger(__name__)
