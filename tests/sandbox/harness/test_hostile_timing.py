@@ -277,6 +277,9 @@ def test_an_honest_candidate_in_slower_staging_processes_is_charged_not_rejected
     assert reported > 0.45 + extra / 2 and note, (reported, check)  # the staging nothing explains counts as its time
     same = _staged(0.45, 0.45 + 20.0, H200_REFERENCE_STAGING_MS[::-1], seed=3)  # control: staged as the reference did
     assert timing.reported_ms(0.45, timing.check_clock(same, reference, "cuda", *calibration)) == (0.45, None)
+    hiding = _staged(0.01, 0.01 + 20.0, [ms + 3.5 for ms in H200_REFERENCE_STAGING_MS], seed=5)  # 3.5 ms a call moved
+    check = timing.check_clock(hiding, reference, "cuda", *calibration)  # into staging: inside the allowance, and charged
+    assert timing.reported_ms(0.01, check)[0] >= 3.0, check
     precomputing = _staged(0.01, 0.01 + 20.0, [ms * 1.5 for ms in H200_REFERENCE_STAGING_MS], seed=4)
     with pytest.raises(timing.TimingRejected, match="staging"):
         timing.check_clock(precomputing, reference, "cuda", *calibration)
