@@ -6,7 +6,8 @@ A problem lives in ``problems/<category>/<name>/``:
 - ``reference.py`` defines ``solution(*inputs)``, the PyTorch + torch.distributed program the
   model sees. It runs on every rank.
 - ``problem.py`` defines ``SPEC`` (a :class:`ProblemSpec`), ``make_inputs(rank, world,
-  generator, device, dtype, **shape)`` and ``cost(world, dtype_bytes, **shape) -> Cost``
+  generator, device, dtype, **shape)`` (and ``regime=`` when ``SPEC.regimes`` > 1) and
+  ``cost(world, dtype_bytes, **shape) -> Cost``
   (helpers for writing them: :mod:`problems.authoring`).
 - optionally ``oracle.py``: a hand-written fast solution.
 
@@ -58,6 +59,10 @@ class ProblemSpec(BaseModel):
     rtol: float = Field(0.0, ge=0, description="relative tolerance floor against the fp32/fp64 reference")
     upcast: bool = Field(True, description="judge against the reference run on upcast inputs")
     in_place: bool = Field(False, description="the solution may modify its inputs")
+    regimes: int = Field(1, ge=1, le=16, description=(
+        "input regimes make_inputs draws from (its keyword ``regime``, 0 to regimes-1): branches or value ranges the reference "
+        "handles differently, such as clipping active or not. The judge cycles through them, so the correctness trials cover "
+        "every one: a solution right only in the regime that random draws favour is not judged correct"))
     shapes: dict[str, dict[str, Any]]
     description: str = ""
 

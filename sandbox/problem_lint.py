@@ -68,6 +68,7 @@ def lint_problem(problem: Problem, world: int, size: str = "small", seeds: tuple
         if not result.ok:
             return result
         floating = _check_inputs(problem, world, size, seeds, result)
+        _check_regimes(problem, world, size, seeds[0], result)
         if floating is not None:
             _check_reference(problem, world, size, seeds, floating, timeout_s, result)
         return result
@@ -128,14 +129,31 @@ def _check_spec(problem: Problem, world: int, size: str, result: LintResult) -> 
 # ---------------------------------------------------------------------- inputs
 
 
-def _make_inputs(problem: Problem, world: int, size: str, rank: int, seed: int) -> tuple:
+def _make_inputs(problem: Problem, world: int, size: str, rank: int, seed: int, regime: int = 0) -> tuple:
     import torch
 
     generator = torch.Generator(device="cpu")
     generator.manual_seed(seed)
+    options = {**problem.shape(size), "regime": regime} if problem.spec.regimes > 1 else problem.shape(size)
     with torch.no_grad():
-        return tuple(problem.make_inputs(rank, world, generator, torch.device("cpu"), getattr(torch, problem.spec.dtype),
-                                         **problem.shape(size)))
+        return tuple(problem.make_inputs(rank, world, generator, torch.device("cpu"), getattr(torch, problem.spec.dtype), **options))
+
+
+def _check_regimes(problem: Problem, world: int, size: str, seed: int, result: LintResult) -> None:
+    """Each declared input regime draws, and draws something other than the first one does."""
+    import torch
+
+    if problem.spec.regimes == 1:
+        return
+    try:
+        drawn = [[_make_inputs(problem, world, size, rank, seed, regime) for rank in range(world)]
+                 for regime in range(problem.spec.regimes)]
+    except Exception as error:  # noqa: BLE001 - a regime that cannot be drawn is a lint failure
+        result.add("inputs_regimes", [f"make_inputs(regime=...) raised {type(error).__name__}: {error}"])
+        return
+    result.add("inputs_regimes", [
+        f"regime {regime} draws the same inputs as regime 0" for regime in range(1, problem.spec.regimes)
+        if all(torch.equal(x, y) for rank in range(world) for x, y in zip(drawn[0][rank], drawn[regime][rank]))])
 
 
 def _check_inputs(problem: Problem, world: int, size: str, seeds: tuple[int, int], result: LintResult) -> list[int] | None:

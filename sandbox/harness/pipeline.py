@@ -329,10 +329,13 @@ class Evaluation:
     # ------------------------------------------------------------------ calls
     def _make(self, keys: list[int], checked: set[int], labels: list[int], native: bool = False,
               perturb: list[int | None] | None = None) -> list[Call]:
-        """The reference draws each call's inputs (and, for the ``checked`` ones, its expectations)."""
+        """The reference draws each call's inputs (and, for the ``checked`` ones, its expectations),
+        in the problem's input regimes in turn by label: the correctness trials cover every one."""
         calls = [Call(label=label, key=key, rng=self.plan.rng(key)) for label, key in zip(labels, keys)]
+        regimes = self.problem.spec.regimes
         message = {"type": "make", "calls": [
-            {"key": c.key, "rng": c.rng, "expect": i in checked, "native": native, "perturb": (perturb or [None] * len(calls))[i]}
+            {"key": c.key, "regime": c.label % regimes, "rng": c.rng, "expect": i in checked, "native": native,
+             "perturb": (perturb or [None] * len(calls))[i]}
             for i, c in enumerate(calls)]}
         answers = self._expect(self.reference.ask(message, m.Made, self.config.timeouts.correctness_s, "reference inputs"),
                                "reference")

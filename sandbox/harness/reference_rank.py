@@ -44,21 +44,22 @@ class ReferenceServer(RankServer):
         return super().load(message, fds)
 
     # ---------------------------------------------------------------- inputs and expected outputs
-    def _inputs(self, key: int) -> tuple:
+    def _inputs(self, key: int, regime: int) -> tuple:
         torch = self.torch
         generator = torch.Generator(device=self.device.device)
         generator.manual_seed(key)
+        options = {**self.shape, "regime": regime} if self.problem.spec.regimes > 1 else self.shape
         with torch.no_grad():
-            return tuple(self.problem.make_inputs(self.rank, self.world, generator, self.device.device, self.dtype, **self.shape))
+            return tuple(self.problem.make_inputs(self.rank, self.world, generator, self.device.device, self.dtype, **options))
 
     def make(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
-        """``calls``: [{key, rng, expect, native, perturb}]; per call an input blob and, where
+        """``calls``: [{key, regime, rng, expect, native, perturb}]; per call an input blob and, where
         ``expect``, an expected-output blob (in that order)."""
         calls = message["calls"][:MAX_CALLS_PER_MAKE]
         blobs, described = [], []
         try:
             for call in calls:
-                inputs = self._inputs(call["key"])
+                inputs = self._inputs(call["key"], int(call.get("regime", 0)))
                 if call.get("perturb") is not None:
                     inputs = _perturbed(self.torch, inputs, call["perturb"], call["key"])
                 tensors: list = []

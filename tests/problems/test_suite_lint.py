@@ -75,6 +75,10 @@ PLANTED = {
     "unused_input": ({"reference": GOOD_REFERENCE.replace("out = x * y", "out = x.clone()")}, {"outputs_depend_on_inputs"}),
     "loose_tolerance": ({"atol": "0.5"}, {"detects_element_error", "detects_scale_error"}),
     "crashing_reference": ({"reference": GOOD_REFERENCE.replace("out = x * y", "out = x @ y.view(2, -1)")}, {"reference_runs"}),
+    # input regimes (ProblemSpec.regimes): each must draw, and draw something of its own
+    "regime_not_accepted": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,")}, {"inputs_regimes"}),
+    "regime_ignored": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,").replace(
+        "*, numel):", "*, numel, regime=0):")}, {"inputs_regimes"}),
 }
 
 
@@ -103,6 +107,14 @@ def test_lint_catches_planted_mistake(tmp_path: Path, case: str) -> None:
     assert not result.ok
     assert must_fail <= failed, f"expected {sorted(must_fail)} to fail; failed: {sorted(failed)}\n{_explain(result)}"
     assert all(c.message for c in result.failures), "every failed check says why"
+
+
+def test_a_problem_with_two_regimes_passes(tmp_path: Path) -> None:
+    two = GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,").replace("*, numel):", "*, numel, regime=0):").replace(
+        "return randn(numel, own, device, dtype), randn(numel, own, device, dtype)",
+        "return randn(numel, own, device, dtype, scale=1 + 99 * regime), randn(numel, own, device, dtype)")
+    result = lint_problem(_write_problem(tmp_path, "planted_regimes", problem=two), 2)
+    assert result.ok and "inputs_regimes" in {c.name for c in result.checks}, _explain(result)
 
 
 def test_lint_catches_misplaced_problem(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ per-token scalars: the max logit (for a stable exponent), the sum of exponential
 target's logit (non-zero only on the rank that owns the target's vocabulary slice). As in
 Megatron, the math runs in fp32 on bf16 logits and the per-token loss is fp32. The logits are
 the big tensor (hundreds of MB): a good kernel reads them once (online max + sum-exp) and
-replaces the three small, latency-bound all-reduces by one.
+replaces the three small, latency-bound all-reduces by one. Inputs come in two regimes: logits
+of a few units, and the same shifted by 60-120 per token (a confident model's), where a sum of
+exponentials taken without the max overflows fp32.
 """
 
 from problems.authoring import randn, rank_generator
@@ -23,6 +25,7 @@ SPEC = ProblemSpec(
     dtype="bfloat16",
     atol=1e-4,
     rtol=1e-5,
+    regimes=2,
     shapes={"default": {"tokens": 4096, "vocab": 128256}, "small": {"tokens": 64, "vocab": 256}},
     description="Rank r holds logits[:, r*V/W:(r+1)*V/W] ([tokens, vocab/world], bf16) and the same targets ([tokens], int64, "
                 "indices into the full vocabulary) as every rank; every rank returns the fp32 per-token loss "
@@ -30,12 +33,17 @@ SPEC = ProblemSpec(
 )
 
 
-def make_inputs(rank, world, generator, device, dtype, *, tokens, vocab):
+PLAIN, SHIFTED = 0, 1  # regimes
+SHIFT_RANGE = (60.0, 120.0)  # SHIFTED: added to every logit of a token (the loss is the same; exp(l) overflows above ~88.7)
+
+
+def make_inputs(rank, world, generator, device, dtype, *, tokens, vocab, regime=PLAIN):
     import torch
 
     target = torch.randint(0, vocab, (tokens,), generator=generator, device=device)  # shared: all ranks hold the same labels
-    logits = randn((tokens, vocab // world), rank_generator(generator, rank), device, dtype, scale=2.0)
-    return logits, target
+    shift = SHIFT_RANGE[0] + (SHIFT_RANGE[1] - SHIFT_RANGE[0]) * torch.rand((tokens, 1), generator=generator, device=device)
+    logits = randn((tokens, vocab // world), rank_generator(generator, rank), device, torch.float32, scale=2.0)
+    return (logits + shift if regime == SHIFTED else logits).to(dtype), target
 
 
 def cost(world, dtype_bytes, *, tokens, vocab):
