@@ -63,7 +63,7 @@ CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candi
 SLOWED_REFERENCE = {"cuda": 1.25, "cpu": 2.0}
 CALIBRATION_CALLS = 12  # harness-only calls timed in each group before candidate code runs (on a GPU)
 MAX_TIMED_FACTOR = 4  # timing goes on past the planned calls until the speedup is as precise as asked, to this many times them
-PAUSE_FAILED = "the candidate's processes could not be stopped while the reference was timed"
+PAUSE_FAILED = "the candidate's processes could not be stopped"
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
 MAX_REVEAL_BYTES = 64 * 2**30
@@ -429,11 +429,15 @@ class Evaluation:
         """The staged inputs of ``calls`` (the round's calls from ``start`` on), as the parent's
         own copies hold them right after the calls ended: unchanged on every checked call, and
         mapped by no process of the candidate's tree privately. Done alike after every call,
-        checked or not (sandbox/harness/staged_inputs.py)."""
+        checked or not (sandbox/harness/staged_inputs.py). The candidate's processes are stopped
+        meanwhile: the round's later calls are staged already, and the time this takes (which the
+        candidate can stretch, with mappings to read) is outside any call's wall time, so a thread
+        left running computed the next call in it (tests/fixtures/hostile/work_between_calls_maps_gap.py)."""
         staged = self.staged.get(round_id)
         if staged is None:
             return  # on a device: the inputs are the rank's own memory (judged from what it reveals)
-        with self._parent_work("checking inputs"):
+        with self._candidate_paused("while its inputs were checked: work it leaves running may use that time"), \
+                self._parent_work("checking inputs"):
             try:
                 staged_inputs.check_mappings(self.candidate.process.pid, staged.files)
             except staged_inputs.PrivateMapping as error:
@@ -596,10 +600,16 @@ class Evaluation:
         runs, so nothing it left running shares the host with it (sandbox/jail/pause.py)."""
         if group is self.candidate:
             return self._timed_round_of(group, calls, reveal)
+        with self._candidate_paused("while the reference was timed: work it leaves running may slow the reference"):
+            return self._timed_round_of(group, calls, reveal)
+
+    @contextlib.contextmanager
+    def _candidate_paused(self, consequence: str):
+        """The candidate's processes stopped for the block; a note (once) when they could not be."""
         with self.candidate.paused() as failed:
             if failed and not any(note.startswith(PAUSE_FAILED) for note in self.report.notes):
-                self.report.notes.append(f"{PAUSE_FAILED} ({failed}): work it leaves running may slow the reference")
-            return self._timed_round_of(group, calls, reveal)
+                self.report.notes.append(f"{PAUSE_FAILED} ({failed}) {consequence}")
+            yield
 
     def _timed_round_of(self, group: RankGroup, calls: list[Call], reveal: list[int]) -> timing.Round:
         stage = "performance" if group is self.candidate else "reference timing"
