@@ -83,7 +83,7 @@ def input_signature(problem: Problem, world: int, size: str, dtype: str) -> list
     try:
         with FakeTensorMode():
             generator = torch.Generator().manual_seed(0)
-            inputs = problem.make_inputs(0, world, generator, torch.device("cpu"), getattr(torch, dtype), **problem.shape(size))
+            inputs = problem.inputs(0, world, generator, torch.device("cpu"), getattr(torch, dtype), problem.shape(size))
     except Exception:  # noqa: BLE001 - best effort: the prompt then shows the shape parameters only
         return None
     return [describe_input(x) for x in inputs]

@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
-import statistics
 import sys
 import time
 import warnings
 
-from common import print_table
+from paths import ROOT  # noqa: F401 - puts the repository on sys.path
+from table import SPREAD_HEADER, print_table, spread
 
 from sandbox.rank import wire
 
@@ -80,11 +80,10 @@ def main(argv: list[str] | None = None) -> int:
                 os.close(fd)
     rows = []
     for name, values in times.items():
-        quartiles = statistics.quantiles(values, n=4)
-        median = statistics.median(values)
-        rows.append([name, median, min(values), max(values), quartiles[2] - quartiles[0], args.mib * 2**20 / median / 1e6])
+        row = spread(values)
+        rows.append([name, *row, args.mib * 2**20 / row[0] / 1e6])
     print_table(f"staging one call's inputs: {args.mib} MiB to {device}, {args.repeats} fresh blobs each, interleaved",
-                ["variant", "median_ms", "min_ms", "max_ms", "iqr_ms", "GB_per_s"], rows)
+                ["variant", *SPREAD_HEADER, "GB_per_s"], rows)
     return 0
 
 

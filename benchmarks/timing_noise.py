@@ -22,21 +22,20 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import print_table
+from paths import ROOT  # noqa: F401 - puts the repository on sys.path
+from table import SPREAD_HEADER, print_table, spread
 
 
 def _row(name: str, values: list[float]) -> list:
-    quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return [name, statistics.median(values), min(values), max(values), quartiles[2] - quartiles[0]]
+    return [name, *spread(values)]
 
 
-HEADER = ["case", "median_ms", "min_ms", "max_ms", "iqr_ms"]
+HEADER = ["case", *SPREAD_HEADER]
 
 
 def _timed_clone(torch, source, keep: list | None) -> float:

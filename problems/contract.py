@@ -137,6 +137,13 @@ class Problem:
         """The cost model at a named size, in the problem's dtype unless another is given."""
         return self.cost(world, DTYPE_BYTES[dtype or self.spec.dtype], **self.shape(size))
 
+    def inputs(self, rank: int, world: int, generator: Any, device: Any, dtype: Any, shape: dict[str, Any],
+               regime: int = 0) -> tuple:
+        """``make_inputs`` at ``shape`` (a size's keyword arguments), in input regime ``regime``
+        where the problem declares several."""
+        options = {**shape, "regime": regime} if self.spec.regimes > 1 else shape
+        return tuple(self.make_inputs(rank, world, generator, device, dtype, **options))
+
     def shape(self, size: str) -> dict[str, Any]:
         if size not in self.spec.shapes:
             raise KeyError(f"problem {self.name} has no size {size!r}; it has {sorted(self.spec.shapes)}")

@@ -134,9 +134,9 @@ def _make_inputs(problem: Problem, world: int, size: str, rank: int, seed: int, 
 
     generator = torch.Generator(device="cpu")
     generator.manual_seed(seed)
-    options = {**problem.shape(size), "regime": regime} if problem.spec.regimes > 1 else problem.shape(size)
     with torch.no_grad():
-        return tuple(problem.make_inputs(rank, world, generator, torch.device("cpu"), getattr(torch, problem.spec.dtype), **options))
+        return problem.inputs(rank, world, generator, torch.device("cpu"), getattr(torch, problem.spec.dtype), problem.shape(size),
+                              regime)
 
 
 def _check_regimes(problem: Problem, world: int, size: str, seed: int, result: LintResult) -> None:

@@ -48,9 +48,8 @@ class ReferenceServer(RankServer):
         torch = self.torch
         generator = torch.Generator(device=self.device.device)
         generator.manual_seed(key)
-        options = {**self.shape, "regime": regime} if self.problem.spec.regimes > 1 else self.shape
         with torch.no_grad():
-            return tuple(self.problem.make_inputs(self.rank, self.world, generator, self.device.device, self.dtype, **options))
+            return self.problem.inputs(self.rank, self.world, generator, self.device.device, self.dtype, self.shape, regime)
 
     def make(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """``calls``: [{key, regime, rng, expect, native, perturb}]; per call an input blob and, where
