@@ -68,8 +68,13 @@ class Expected:
 
     @classmethod
     def read(cls, summary: dict[str, Any], fd: int) -> "Expected":
-        with wire.Blob(fd, MAX_EXPECTED_BYTES) as blob:
-            tensors = blob.tensors()
+        """The expectation in the reference's blob ``fd``, which is closed: the tensors are copies,
+        and a long-lived harness that kept the file would hold every call's outputs for good."""
+        try:
+            with wire.Blob(fd, MAX_EXPECTED_BYTES) as blob:
+                tensors = blob.tensors()
+        finally:
+            os.close(fd)
         count = len(summary["shapes"])
         return cls(expected=tensors[:count], outputs=summary["outputs"], mutated=list(summary["mutated"]),
                    shapes=[tuple(s) for s in summary["shapes"]], dtypes=list(summary["dtypes"]),

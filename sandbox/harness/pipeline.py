@@ -339,12 +339,18 @@ class Evaluation:
             for i, c in enumerate(calls)]}
         answers = self._expect(self.reference.ask(message, m.Made, self.config.timeouts.correctness_s, "reference inputs"),
                                "reference")
-        with self._parent_work("reading expected outputs"):
-            for answer in answers:
-                fds = list(answer.fds)
-                for call, summary in zip(calls, answer.reply.calls):
-                    call.inputs.append(fds.pop(0))
-                    call.expected.append(Expected.read(summary, fds.pop(0)) if summary["expect"] else None)
+        try:
+            with self._parent_work("reading expected outputs"):
+                for answer in answers:
+                    for call, summary in zip(calls, answer.reply.calls):
+                        call.inputs.append(answer.fds.pop(0))
+                        call.expected.append(Expected.read(summary, answer.fds.pop(0)) if summary["expect"] else None)
+        except BaseException:
+            for call in calls:
+                call.close()
+            raise
+        finally:
+            close_answers(answers)
         return calls
 
     @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -40,16 +41,17 @@ def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tupl
             calls = [{"key": seed, "rng": seed, "expect": True, "native": include_native, "perturb": p} for seed, p in zip(seeds, perturb)]
             answers = group.ask({"type": "make", "calls": calls}, m.Made, timeout_s, "reference run")
             _raise_failure(group, answers)
-            outputs = []
-            for answer in answers:
-                fds = list(answer.fds)
-                per_seed = []
-                for summary in answer.reply.calls:
-                    inputs_fd = fds.pop(0)
-                    per_seed.append(Expected.read(summary, fds.pop(0)))
-                    _close(inputs_fd)
-                outputs.append(per_seed)
-            return outputs
+            try:
+                outputs = []
+                for answer in answers:
+                    per_seed = []
+                    for summary in answer.reply.calls:
+                        os.close(answer.fds.pop(0))  # the call's inputs
+                        per_seed.append(Expected.read(summary, answer.fds.pop(0)))
+                    outputs.append(per_seed)
+                return outputs
+            finally:
+                close_answers(answers)
         finally:
             group.close()
 
@@ -60,9 +62,3 @@ def _raise_failure(group: RankGroup, answers: list) -> None:
             close_answers(answers)
             text = answer.text or group.rank_log(answer.rank)
             raise Verdict("crashed", reference_failure_message(answer, text), logs=[LogExcerpt.of(f"reference rank {answer.rank}", text)])
-
-
-def _close(fd: int) -> None:
-    import os
-
-    os.close(fd)

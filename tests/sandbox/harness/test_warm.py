@@ -92,6 +92,38 @@ def test_the_marking_fixture_sees_a_reused_process(tmp_path, monkeypatch):
         sys.path[:] = [entry for entry in sys.path if not entry.startswith("/kloop-reuse-mark/")]
 
 
+# ---------------------------------------------------------------------------- nothing kept between evaluations
+def _memory_files(pid: int) -> list[str]:
+    """The memory files (memfd) process ``pid`` holds open, by name."""
+    names = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/memfd:"):
+            names.append(target.split()[0])
+    return sorted(names)
+
+
+def test_a_warm_harness_holds_no_call_data_between_evaluations(box):
+    """The reference's expected outputs (a memory file per checked call and rank) are copied out
+    and closed: a harness that kept them held 2.3 GB more after every default-size evaluation
+    until the host ran out of memory (CI, the hostile corpus). After three evaluations the harness
+    holds no more memory files than after one, and none of the reference's."""
+    from sandbox.evaluate import WarmEvaluator
+
+    config = _config(world=2, trials=3)
+    with WarmEvaluator(box) as warm:
+        held = []
+        for _ in range(3):
+            report = warm.evaluate(source("all_reduce_fp32"), config)
+            assert report.status == "correct", report.message
+            held.append(_memory_files(warm.process.pid))
+    assert held[2] == held[0], held
+    assert not [name for name in held[2] if "kloop-expected" in name], held[2]
+
+
 # ---------------------------------------------------------------------------- groups kept ready
 def test_warm_groups_keep_fresh_groups_ready_and_end_used_ones(tmp_path, monkeypatch):
     """A group taken is replaced at once (the pool stays full), the next evaluation gets a group
