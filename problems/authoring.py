@@ -51,3 +51,24 @@ def adam_hparams(generator, device):
     u = torch.rand(6, generator=generator, device=device, dtype=torch.float64)
     hparams = torch.stack((10 ** (-4 + u[0]), 0.85 + 0.1 * u[1], 0.95 + 0.049 * u[2], 10 ** (-8 + 2 * u[3]), 0.1 * u[4]))
     return hparams.to(torch.float32), (1 + 300 * u[5]).to(torch.int64)  # early steps, where bias correction matters
+
+
+KEY_BIAS_COMPONENT = 8.0  # with_key_bias: the last coordinate of every key (exact in bf16 and fp16)
+SCORE_OFFSET_RANGE = (100.0, 200.0)  # with_key_bias: per query, added to all its scaled scores (exp overflows fp32 above ~88.7)
+
+
+def with_key_bias(q, k, generator):
+    """Attention inputs q [..., heads, head_dim] and k [..., kv_heads, head_dim] (fp32) whose
+    scaled scores q.k / sqrt(head_dim) are all raised, per query row and head, by one offset drawn
+    in SCORE_OFFSET_RANGE: every key's last coordinate becomes KEY_BIAS_COMPONENT (a bias all keys
+    share, as a K projection with a bias gives) and each query's last grows to match. The softmax
+    is unchanged (it ignores what all of a row's scores share); an exp taken without the max
+    overflows fp32."""
+    import torch
+
+    low, high = SCORE_OFFSET_RANGE
+    offset = low + (high - low) * torch.rand(q.shape[:-1], generator=generator, device=q.device)
+    q, k = q.clone(), k.clone()
+    q[..., -1] += offset * q.shape[-1] ** 0.5 / KEY_BIAS_COMPONENT
+    k[..., -1] = KEY_BIAS_COMPONENT
+    return q, k

@@ -18,13 +18,15 @@ from sandbox.report import LogExcerpt
 
 def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tuple[int, ...] = (0,), size: str | None = None,
                   dtype: str | None = None, include_native: bool = True, timeout_s: float = 300.0,
-                  perturb: tuple[int | None, ...] = ()) -> list[list[Expected]]:
+                  perturb: tuple[int | None, ...] = (), regimes: tuple[int, ...] = ()) -> list[list[Expected]]:
     """The reference on ``world`` ranks for each seed (the generator's seed, used as the call's
     key); returns ``[rank][seed]``. ``perturb[i]``, where given and not None, is the index of a
-    floating input that call i replaces by a noisy copy (the same on every rank). Raises Verdict
+    floating input that call i replaces by a noisy copy (the same on every rank); ``regimes[i]``,
+    where given, the input regime call i draws from (0 otherwise). Raises Verdict
     ("crashed") when the reference fails, StageTimeout when it hangs."""
     size = size or ("default" if device == "cuda" else "small")
     perturb = tuple(perturb) + (None,) * (len(seeds) - len(perturb))
+    regimes = tuple(regimes) + (0,) * (len(seeds) - len(regimes))
     with tempfile.TemporaryDirectory(prefix="kloop-reference-") as tmp:
         folder = Path(tmp)
         (folder / "tmp").mkdir()
@@ -38,7 +40,8 @@ def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tupl
                 else:
                     answers = group.collect(expect, timeout_s, stage)
                 _raise_failure(group, answers)
-            calls = [{"key": seed, "rng": seed, "expect": True, "native": include_native, "perturb": p} for seed, p in zip(seeds, perturb)]
+            calls = [{"key": seed, "regime": regime, "rng": seed, "expect": True, "native": include_native, "perturb": p}
+                     for seed, p, regime in zip(seeds, perturb, regimes)]
             answers = group.ask({"type": "make", "calls": calls}, m.Made, timeout_s, "reference run")
             _raise_failure(group, answers)
             try:

@@ -10,10 +10,13 @@ computes causal attention of its two query chunks over the keys up to each chunk
 query head h reads KV head h // (heads / kv_heads). Rank r returns the output for its own
 rows, in its input layout. The all-gather is exposed unless it overlaps the attention of the
 chunks that have already arrived (the local ones first: each query chunk needs keys only from
-chunks at or before it).
+chunks at or before it). Inputs come in two regimes: scores of a few units, and the same plus an
+offset of 100-200 per query row and head (a bias all keys share, as a K projection with a bias
+gives, adds q . bias to all of a query's scores), which leaves the softmax as it is but
+overflows fp32 in an exp taken without the max.
 """
 
-from problems.authoring import randn, rank_generator
+from problems.authoring import randn, rank_generator, with_key_bias
 
 from problems.contract import Cost, ProblemSpec
 
@@ -26,6 +29,7 @@ SPEC = ProblemSpec(
     dtype="bfloat16",
     atol=1e-4,
     rtol=2**-8,
+    regimes=2,
     shapes={"default": {"seq": 32768, "heads": 32, "kv_heads": 8, "head_dim": 128},
             "small": {"seq": 64, "heads": 4, "kv_heads": 2, "head_dim": 16}},
     description="The sequence of length seq is cut into 2*world chunks of c = seq/(2*world) rows; rank r holds chunks r and "
@@ -35,13 +39,20 @@ SPEC = ProblemSpec(
 )
 
 
-def make_inputs(rank, world, generator, device, dtype, *, seq, heads, kv_heads, head_dim):
+PLAIN, KEY_BIAS = 0, 1  # regimes
+
+
+def make_inputs(rank, world, generator, device, dtype, *, seq, heads, kv_heads, head_dim, regime=PLAIN):
+    import torch
+
     own = rank_generator(generator, rank)
     rows = seq // world
-    q = randn((rows, heads, head_dim), own, device, dtype)
-    k = randn((rows, kv_heads, head_dim), own, device, dtype)
-    v = randn((rows, kv_heads, head_dim), own, device, dtype)
-    return q, k, v
+    q = randn((rows, heads, head_dim), own, device, torch.float32)
+    k = randn((rows, kv_heads, head_dim), own, device, torch.float32)
+    v = randn((rows, kv_heads, head_dim), own, device, torch.float32)
+    if regime == KEY_BIAS:
+        q, k = with_key_bias(q, k, own)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
 def cost(world, dtype_bytes, *, seq, heads, kv_heads, head_dim):

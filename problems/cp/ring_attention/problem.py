@@ -10,10 +10,13 @@ the previous, with the transfer overlapping the math. Partial results are merged
 log-sum-exp; under the causal mask, K/V chunks from later ranks are skipped. Every rank returns
 the attention output of its own queries. The contiguous layout leaves rank W-1 with W times the
 work of rank 0; what a fast version may change is how the work and traffic are scheduled, not
-the result.
+the result. Inputs come in two regimes: scores of a few units, and the same plus an offset of
+100-200 per query row and head (a bias all keys share, as a K projection with a bias gives, adds
+q . bias to all of a query's scores), which leaves the softmax as it is but overflows fp32 in an
+exp taken without the running max.
 """
 
-from problems.authoring import randn, rank_generator
+from problems.authoring import randn, rank_generator, with_key_bias
 
 from problems.contract import Cost, ProblemSpec
 
@@ -25,6 +28,7 @@ SPEC = ProblemSpec(
     dtype="bfloat16",
     atol=1e-4,
     rtol=2**-8,
+    regimes=2,
     shapes={"default": {"seq": 16384, "heads": 16, "head_dim": 128}, "small": {"seq": 64, "heads": 4, "head_dim": 16}},
     description="Rank r holds q, k, v = rows r*S/W..(r+1)*S/W-1 of the [seq, heads, head_dim] queries, keys and values; "
                 "rank r returns softmax(q K^T / sqrt(head_dim) + causal mask) V for its rows over the whole sequence, "
@@ -32,10 +36,18 @@ SPEC = ProblemSpec(
 )
 
 
-def make_inputs(rank, world, generator, device, dtype, *, seq, heads, head_dim):
+PLAIN, KEY_BIAS = 0, 1  # regimes
+
+
+def make_inputs(rank, world, generator, device, dtype, *, seq, heads, head_dim, regime=PLAIN):
+    import torch
+
     own = rank_generator(generator, rank)
     shape = (seq // world, heads, head_dim)
-    return tuple(randn(shape, own, device, dtype) for _ in range(3))
+    q, k, v = (randn(shape, own, device, torch.float32) for _ in range(3))
+    if regime == KEY_BIAS:
+        q, k = with_key_bias(q, k, own)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
 def cost(world, dtype_bytes, *, seq, heads, head_dim):
