@@ -3,7 +3,10 @@
 A problem that passes runs its reference on every declared world size, gives outputs that are
 finite, non-constant and depend on the seed and on every floating input, and has tolerances
 tight enough that a small error in one element, or the whole output off by 2%, is caught by
-``sandbox.harness.compare.compare_outputs``, while a second run of the reference passes.
+``sandbox.harness.compare.compare_outputs``, while a second run of the reference passes. Where
+the problem declares several input regimes, the outputs of each are checked to be finite and
+non-constant, and each regime's tolerance (the native reference's error there) to catch those
+errors.
 
 The reference runs through the trusted harness (``sandbox.harness.reference_outputs.run_reference``), once
 per call of :func:`lint_problem`: every seed and perturbation is one trial of that run. The
@@ -214,12 +217,14 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
     from sandbox.harness.reference_outputs import run_reference
     from sandbox.harness.groups import StageTimeout
 
-    # trials: seed A, seed B, seed A again, then seed A with each floating input perturbed
-    trial_seeds = (seeds[0], seeds[1], seeds[0], *(seeds[0] for _ in floating))
+    # trials: seed A, seed B, seed A again, seed A with each floating input perturbed, then seed A in each other regime
+    other_regimes = tuple(range(1, problem.spec.regimes))
+    trial_seeds = (seeds[0], seeds[1], seeds[0], *(seeds[0] for _ in floating), *(seeds[0] for _ in other_regimes))
     perturb = (None, None, None, *floating)
+    regimes = (0,) * len(perturb) + other_regimes
     try:
         outputs = run_reference(problem, world, seeds=trial_seeds, size=size, include_native=True, timeout_s=timeout_s,
-                                perturb=perturb)
+                                perturb=perturb, regimes=regimes)
     except Verdict as verdict:
         logs = "".join(f"\n{excerpt.text()[-1500:]}" for excerpt in verdict.fields.get("logs", []))
         result.add("reference_runs", [verdict.message + logs])
@@ -230,20 +235,24 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
     result.add("reference_runs", [])
     spec = problem.spec
     base = [outputs[rank][0] for rank in range(world)]
+    # seed A's trial in each regime (the first: base): its outputs must be fit to judge by, as regime 0's are
+    per_regime = {0: base, **{regime: [outputs[rank][len(perturb) + i] for rank in range(world)]
+                              for i, regime in enumerate(other_regimes)}}
 
     finite, constant = [], []
-    for rank, out in enumerate(base):
-        for index, (native, expected) in enumerate(zip(out.native, out.expected)):
-            native, expected = _widened(torch, native), _widened(torch, expected)
-            where = f"rank {rank} output {index}"
-            if native.is_floating_point() and not (bool(native.isfinite().all()) and bool(expected.isfinite().all())):
-                finite.append(f"{where} has NaN or inf")
-            if native.numel() == 0:
-                constant.append(f"{where} is empty")
-            elif bool((native == 0).all()):
-                constant.append(f"{where} is all zero")
-            elif native.numel() > 1 and bool((native == native.flatten()[0]).all()):
-                constant.append(f"{where} is constant ({float(native.flatten()[0]):g})")
+    for regime, trial in per_regime.items():
+        for rank, out in enumerate(trial):
+            for index, (native, expected) in enumerate(zip(out.native, out.expected)):
+                native, expected = _widened(torch, native), _widened(torch, expected)
+                where = f"rank {rank} output {index}" + (f" in regime {regime}" if regime else "")
+                if native.is_floating_point() and not (bool(native.isfinite().all()) and bool(expected.isfinite().all())):
+                    finite.append(f"{where} has NaN or inf")
+                if native.numel() == 0:
+                    constant.append(f"{where} is empty")
+                elif bool((native == 0).all()):
+                    constant.append(f"{where} is all zero")
+                elif native.numel() > 1 and bool((native == native.flatten()[0]).all()):
+                    constant.append(f"{where} is constant ({float(native.flatten()[0]):g})")
     result.add("outputs_finite", finite)
     result.add("outputs_nonconstant", constant)
 
@@ -266,21 +275,24 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
     result.add("rerun_passes", rerun)
 
     missed_element, missed_scale = [], []
-    for rank in range(world):
-        for index, native in enumerate(base[rank].native):
-            if native.numel() == 0:
-                continue
-            moved = _moved_element(torch, native)
-            if compare_outputs(base[rank], _replace(base[rank].native, index, moved), spec.atol, spec.rtol, rank, 0) is None:
-                missed_element.append(f"rank {rank} output {index}: one element moved by {ELEMENT_ERROR:.0%} of the max-abs passes "
-                                      f"(atol {spec.atol:g}, rtol {spec.rtol:g}, native error {base[rank].native_max_abs_err[index]:.3g})")
-            if native.is_floating_point():
-                # a dtype too coarse to hold a 2% error (float8) gets the smallest one it can hold
-                factor = max(SCALE_ERROR, 1 + torch.finfo(native.dtype).eps)
-                scaled = (native.to(torch.float64) * factor).to(native.dtype)
-                if compare_outputs(base[rank], _replace(base[rank].native, index, scaled), spec.atol, spec.rtol, rank, 0) is None:
-                    missed_scale.append(f"rank {rank} output {index}: the output scaled by {factor:g} passes (atol {spec.atol:g}, "
-                                        f"rtol {spec.rtol:g}, native RMS error {base[rank].native_rms_err[index]:.3g})")
+    for regime, trial in per_regime.items():  # each regime's native error sets its tolerance: none may let these through
+        in_regime = f" in regime {regime}" if regime else ""
+        for rank, out in enumerate(trial):
+            for index, native in enumerate(out.native):
+                if native.numel() == 0:
+                    continue
+                moved = _moved_element(torch, native)
+                if compare_outputs(out, _replace(out.native, index, moved), spec.atol, spec.rtol, rank, 0) is None:
+                    missed_element.append(f"rank {rank} output {index}{in_regime}: one element moved by {ELEMENT_ERROR:.0%} of the "
+                                          f"max-abs passes (atol {spec.atol:g}, rtol {spec.rtol:g}, native error "
+                                          f"{out.native_max_abs_err[index]:.3g})")
+                if native.is_floating_point():
+                    # a dtype too coarse to hold a 2% error (float8) gets the smallest one it can hold
+                    factor = max(SCALE_ERROR, 1 + torch.finfo(native.dtype).eps)
+                    scaled = (native.to(torch.float64) * factor).to(native.dtype)
+                    if compare_outputs(out, _replace(out.native, index, scaled), spec.atol, spec.rtol, rank, 0) is None:
+                        missed_scale.append(f"rank {rank} output {index}{in_regime}: the output scaled by {factor:g} passes (atol "
+                                            f"{spec.atol:g}, rtol {spec.rtol:g}, native RMS error {out.native_rms_err[index]:.3g})")
     result.add("detects_element_error", missed_element)
     result.add("detects_scale_error", missed_scale)
 

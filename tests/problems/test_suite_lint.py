@@ -79,6 +79,16 @@ PLANTED = {
     "regime_not_accepted": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,")}, {"inputs_regimes"}),
     "regime_ignored": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,").replace(
         "*, numel):", "*, numel, regime=0):")}, {"inputs_regimes"}),
+    # ... and each is judged as regime 0 is: finite outputs, tolerances that catch errors
+    "regime_overflows": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,").replace(
+        "*, numel):", "*, numel, regime=0):").replace("randn(numel, own, device, dtype)", "randn(numel, own, device, dtype, scale=1e20**regime)")},
+        {"outputs_finite"}),
+    "regime_loose_tolerance": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,").replace(
+        "*, numel):", "*, numel, regime=0):").replace(
+        "return randn(numel, own, device, dtype), randn(numel, own, device, dtype)",
+        "return randn(numel, own, device, dtype), randn(numel, own, device, dtype, scale=1e7**regime)"),
+        "reference": GOOD_REFERENCE.replace("out = x * y", "out = (x + y) - y")},  # cancels: fp32 keeps ~1 of x at |y| ~ 1e7
+        {"detects_element_error", "detects_scale_error"}),
 }
 
 
