@@ -81,8 +81,8 @@ PLANTED = {
         "*, numel):", "*, numel, regime=0):")}, {"inputs_regimes"}),
     # ... and each is judged as regime 0 is: finite outputs, tolerances that catch errors
     "regime_overflows": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,").replace(
-        "*, numel):", "*, numel, regime=0):").replace("randn(numel, own, device, dtype)", "randn(numel, own, device, dtype, scale=1e20**regime)")},
-        {"outputs_finite"}),
+        "*, numel):", "*, numel, regime=0):").replace(
+        "randn(numel, own, device, dtype)", "randn(numel, own, device, dtype, scale=1e20**regime)")}, {"outputs_finite"}),
     "regime_loose_tolerance": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, regimes=2,").replace(
         "*, numel):", "*, numel, regime=0):").replace(
         "return randn(numel, own, device, dtype), randn(numel, own, device, dtype)",
