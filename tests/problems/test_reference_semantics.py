@@ -102,15 +102,17 @@ def test_reference_matches_its_description(name: str) -> None:
     from sandbox.harness.reference_outputs import run_reference
 
     problem = get_problem(name)
-    outputs = run_reference(problem, WORLD, seeds=SEEDS, size="small", dtype="float64", include_native=False)
-    for trial, seed in enumerate(SEEDS):
+    cases = [(seed, regime) for regime in range(problem.spec.regimes) for seed in SEEDS]  # every input regime
+    outputs = run_reference(problem, WORLD, seeds=tuple(seed for seed, _ in cases), size="small", dtype="float64",
+                            include_native=False, regimes=tuple(regime for _, regime in cases))
+    for trial, (seed, regime) in enumerate(cases):
         generator = torch.Generator()
-        inputs = [problem.make_inputs(rank, WORLD, generator.manual_seed(seed), torch.device("cpu"), torch.float64,
-                                      **problem.shape("small")) for rank in range(WORLD)]
+        inputs = [problem.inputs(rank, WORLD, generator.manual_seed(seed), torch.device("cpu"), torch.float64, problem.shape("small"),
+                                 regime) for rank in range(WORLD)]
         for rank in range(WORLD):
             got, want = outputs[rank][trial].expected, ORACLES[name](inputs, rank, WORLD)
             assert len(got) == len(want), f"{name} rank {rank}: {len(got)} outputs, the description has {len(want)}"
             for index, (g, w) in enumerate(zip(got, want)):
                 assert tuple(g.shape) == tuple(w.shape), f"{name} rank {rank} output {index}: {tuple(g.shape)} vs {tuple(w.shape)}"
                 error = float((g.double() - w.double()).abs().max()) / max(float(w.abs().max()), 1e-300)
-                assert error < 1e-10, f"{name} rank {rank} output {index}, seed {seed}: relative error {error:.3g}"
+                assert error < 1e-10, f"{name} rank {rank} output {index}, seed {seed}, regime {regime}: relative error {error:.3g}"
