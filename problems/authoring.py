@@ -72,3 +72,20 @@ def with_key_bias(q, k, generator):
     q[..., -1] += offset * q.shape[-1] ** 0.5 / KEY_BIAS_COMPONENT
     k[..., -1] = KEY_BIAS_COMPONENT
     return q, k
+
+
+SCORE_SPREAD_RANGE = (20.0, 60.0)  # with_peaked_scores: the standard deviation of a query's scaled scores
+
+
+def with_peaked_scores(q, generator):
+    """Attention queries q [..., heads, head_dim] (fp32, unit normal like the keys) scaled per row
+    and head so that the scaled scores, N(0, 1) before, spread with a standard deviation drawn in
+    SCORE_SPREAD_RANGE (large attention logits, as models without QK normalisation grow): a
+    query's scores then differ by hundreds, and its softmax is nearly one-hot. An exp stabilised
+    by anything but the query's running max (none, or the max of its first block only) overflows
+    fp32 where a later score exceeds that by more than ~88.7."""
+    import torch
+
+    low, high = SCORE_SPREAD_RANGE
+    spread = low + (high - low) * torch.rand(q.shape[:-1], generator=generator, device=q.device)
+    return q * spread.unsqueeze(-1)
