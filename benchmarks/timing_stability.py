@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             report = evaluate(source, problem=problem.name, world=args.world, device=args.device, size=args.size,
                               profile=False, allow_nccl=args.allow_nccl)
-            if report.status != "correct":
-                print(f"{problem.name}: {report.status}: {report.message}")
+            if report.status != "correct" or report.speedup is None:  # no speedup: the judge's notes say why (a call below the timer)
+                print(f"{problem.name}: {report.status}: {report.message}; " + "; ".join(report.notes))
                 break
             candidate_ms.append(report.candidate_timing.median_ms)
             reference_ms.append(report.reference_timing.median_ms)
