@@ -90,7 +90,8 @@ def test_eval_latency_and_timing_stability_run_against_the_current_judge(tmp_pat
     assert "eval latency: all_reduce" in latency.stdout and json.loads((tmp_path / "latency.json").read_text())[0]["run"] == "cold"
     # the default size: a call far above the CPU timer's floor (0.1 ms); the small one (~0.1 ms) reports no speedup at times
     stability = script("timing_stability.py", "--device", "cpu", "--world", "1", "--problems", "all_reduce", "--repeats", "2",
-                       "--size", "default", "--allow-nccl", "--candidate", str(CANDIDATES / "all_reduce_fp32.py"), "--json", str(tmp_path / "stability.json"))
+                       "--size", "default", "--allow-nccl", "--candidate", str(CANDIDATES / "all_reduce_fp32.py"),
+                       "--json", str(tmp_path / "stability.json"))
     assert stability.returncode == 0, stability.stdout[-3000:] + stability.stderr[-3000:]
     assert "speedup max/min" in stability.stdout
     record = json.loads((tmp_path / "stability.json").read_text())[0]
