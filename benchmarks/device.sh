@@ -5,6 +5,7 @@
 #   gpu_tests                 tests/sandbox/harness/test_harness_gpu.py: symmetric-memory candidate, races, cuda mode, compile errors
 #   jail_gpu                  tests/sandbox/jail/test_jail_gpu.py: cuda devices, FileStore group and symmetric memory inside the jail
 #   wire_gpu                  tests/sandbox/rank/test_wire_gpu.py: blobs staged page-locked, and from pageable memory
+#   commitment                tests/sandbox/rank/test_commitment_gpu.py, then benchmarks/commitment_cost.py (leaf sizes 4, 8, 16 KiB)
 #   staging                   benchmarks/staging.py: a call's inputs staged to the GPU, by how the blob is mapped
 #   timing_noise              benchmarks/timing_noise.py: idle gaps, retained outputs, CPU placement (suspects of timing noise)
 #   hostile_emulate           tests/sandbox/harness/test_hostile_gpu.py, emulate mode at worlds 2 and 4 (correctness only)
@@ -17,6 +18,7 @@
 #   oracle_cuda               all-reduce oracle in cuda mode, world 1: timing, roofline, profile
 #   perf                      measured topology and the performance feedback (tests/sandbox/test_gpu_perf.py)
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
+#   latency_ab                eval_latency.py (cuda, world 1, with the profile) in .baseline, then in this tree
 #   timing_ab                 timing stability, world 1, this tree and .baseline (an older tree, carried) in turn
 #   batch_oracles             kloop batch of benchmarks/batch_oracles_cuda.yaml (oracles and references, cuda, world 1) + report
 #   batch_oracles_quick       the same with one sample per problem (half the time)
@@ -30,6 +32,7 @@
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
+#   stability_baseline        the same in .baseline (an older tree, carried)
 set -uo pipefail
 OUT=${OUT:-/tmp/kloop-out}
 mkdir -p "$OUT"
@@ -56,6 +59,9 @@ for name in "$@"; do
     gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
     jail_gpu) part "$name" 200 $PYTEST tests/sandbox/jail/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
     wire_gpu) part "$name" 90 $PYTEST tests/sandbox/rank/test_wire_gpu.py ;;
+    commitment) part "$name" 120 $PYTEST tests/sandbox/rank/test_commitment_gpu.py; grep -E "^commitment of" "$OUT/$name.log"
+      timeout 120 python3 benchmarks/commitment_cost.py --mib 1 16 64 128 --leaf-kib 4 8 16 > "$OUT/commitment_cost.log" 2>&1
+      sed -n '/^MISMATCH/p; /^commitment cost/,$p' "$OUT/commitment_cost.log" ;;
     staging) part "$name" 60 python3 benchmarks/staging.py --repeats 12; sed -n '/^staging/,$p' "$OUT/$name.log" ;;
     timing_noise) part "$name" 120 python3 benchmarks/timing_noise.py; grep -vE "^\s*$" "$OUT/$name.log" | tail -20 ;;
     hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
@@ -68,7 +74,7 @@ for name in "$@"; do
     oracles_extra) part "$name" 150 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "two_shot or several_blocks" ;;
     oracle_cuda) part "$name" 90 $ORACLES -k "cuda_mode" ;;
     perf) part "$name" 200 $PYTEST tests/sandbox/test_gpu_perf.py ;;
-    latency) part "$name" 120 python3 benchmarks/eval_latency.py --device cuda --world 1; tail -6 "$OUT/latency.log" ;;
+    latency) part "$name" 120 python3 benchmarks/eval_latency.py --device cuda --world 1 --profile; sed -n '/^eval latency/,$p' "$OUT/latency.log" ;;
     service_gpu) part "$name" 400 $PYTEST tests/service/test_service_gpu.py ;;
     service_cuda)
       part "$name" 480 python3 benchmarks/service_load.py --start --evals 40 --clients 8 --device cuda --world 1 -- --gpus 0 --cpu-slots 2
@@ -76,6 +82,12 @@ for name in "$@"; do
     service_cpu)
       part "$name" 540 python3 benchmarks/service_load.py --start --evals 200 --clients 20 -- --gpus '' --cpu-slots 6
       tail -8 "$OUT/$name.log" ;;
+    latency_ab)
+      latency="benchmarks/eval_latency.py --device cuda --world 1 --profile"
+      part latency_baseline 150 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $latency"
+      sed -n '/^eval latency/,$p' "$OUT/latency_baseline.log"
+      part latency_new 150 python3 $latency
+      sed -n '/^eval latency/,$p' "$OUT/latency_new.log" ;;
     timing_ab)
       stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --repeats 3"
       part timing_baseline 80 bash -c "cd .baseline && KLOOP_CACHE_DIR=/tmp/cache-baseline PYTHONPATH=/tmp/site:\$PWD python3 $stability"
@@ -90,8 +102,10 @@ for name in "$@"; do
       sed -n '/^summary/,$p' "$OUT/$name.log" ;;
     throughput) part "$name" 480 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
       sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
-    stability) part "$name" 240 python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
-        --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5 --json "$OUT/stability.json"
+    stability|stability_baseline)
+      stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5"
+      if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"
+      else part "$name" 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
       grep -E "job|^timing|all_reduce \|" "$OUT/$name.log" ;;
     batch_oracles|batch_oracles_quick)
       config=benchmarks/batch_oracles_cuda.yaml

@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
                          **{stage: report.stage_wall_s.get(stage) for stage in STAGES}, "speedup": report.speedup,
                          "speedup_ci": "-" if not report.speedup_ci else f"{report.speedup_ci[0]:.2f}-{report.speedup_ci[1]:.2f}"})
             print(f"{label}: {report.status} in {wall:.2f} s", flush=True)
+            if report.candidate_timing and report.reference_timing:
+                print(f"   timing: reference {report.reference_timing.median_ms:.4f} ms, candidate {report.candidate_timing.median_ms:.4f} "
+                      f"ms a call, {report.candidate_timing.iterations} calls in {report.candidate_timing.rounds} rounds", flush=True)
+            print(f"   where: {dict(list(report.harness_breakdown_s.items())[:10])}", flush=True)
     header = ["run", "wall_s", "harness_s", *STAGES, "speedup", "speedup_ci"]
     print_table(f"eval latency: {args.problem}, {args.device}, world {args.world}, {args.trials} trials + recheck + timing"
                 f"{' + profile' if args.profile else ''}", header, [[row[h] for h in header] for row in rows])

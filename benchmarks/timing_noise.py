@@ -11,6 +11,8 @@ suspects, measured here side by side:
   retained     the harness keeps a round's outputs until it has revealed some: does a call whose
                output needs a fresh allocation (outputs kept) take longer than one served from the
                allocator's cache (outputs freed)?
+  warm-up      the harness's remedy for the idle gap: the L2 flush repeated before the call (a
+               timed 64 MiB clone and a timed bf16 matmul after 20 ms idle, by the flushes before it)
   placement    the host side of a call (a pinned copy to the host, SHA-256 in threads) on the CPUs
                local to the GPU against all CPUs (NUMA: /sys/bus/pci/devices/*/local_cpulist)
 
@@ -38,14 +40,16 @@ def _row(name: str, values: list[float]) -> list:
 HEADER = ["case", *SPREAD_HEADER]
 
 
-def _timed_clone(torch, source, keep: list | None) -> float:
+def _timed_clone(torch, source, keep: list | None, before=None) -> float:
+    if before is not None:
+        before()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    out = source.clone()
+    out = source.clone() if keep != "matmul" else source @ source
     end.record()
     torch.cuda.synchronize()
-    if keep is not None:
+    if isinstance(keep, list):
         keep.append(out)
     return start.elapsed_time(end)
 
@@ -58,6 +62,35 @@ def idle_gaps(torch, source, calls: int) -> list[list]:
             time.sleep(gap_ms / 1000.0)
             times.append(_timed_clone(torch, source, None))
         rows.append(_row(f"after {gap_ms:g} ms idle", times))
+    return rows
+
+
+def warm_ups(torch, source, matrix, calls: int) -> list[list]:
+    """After 20 ms idle, the 256 MiB L2 flush repeated k times, then the timed call (as the rank
+    does: flushes, a device sync, then the timed interval)."""
+    from sandbox.rank.device import L2_FLUSH_BYTES
+
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for _ in range(20):
+        flush.zero_()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        flush.zero_()
+    end.record()
+    end.synchronize()
+    per_flush = start.elapsed_time(end) / 20
+    rows = []
+    for what, operand, keep in (("64 MiB clone", source, None), ("bf16 matmul 4096^2", matrix, "matmul")):
+        for flushes in (1, 4, 8, 16, 32):
+            def before(count=flushes):
+                time.sleep(0.02)
+                for _ in range(count):
+                    flush.zero_()
+
+            times = [_timed_clone(torch, operand, keep, before) for _ in range(calls)]
+            rows.append(_row(f"{what}, {flushes} flushes (~{flushes * per_flush:.2f} ms)", times))
     return rows
 
 
@@ -148,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             _timed_clone(torch, source, None)
         print_table(f"a {args.mib} MiB clone timed with CUDA events, by the idle gap before it ({args.calls} calls each)",
                     HEADER, idle_gaps(torch, source, args.calls))
+        matrix = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        print_table(f"after 20 ms idle, the L2 flush repeated before the timed call ({args.calls} calls each)",
+                    HEADER, warm_ups(torch, source, matrix, args.calls))
         print_table(f"the same clone, its outputs freed or kept for a round of 4 ({args.calls} calls each)",
                     HEADER, retained_outputs(torch, source, args.calls))
     print_table(f"the host side of a commitment to {args.mib} MiB, by CPU placement ({args.calls} calls each)",

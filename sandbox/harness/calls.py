@@ -10,6 +10,7 @@ even a rerun of the same evaluation predicts it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
@@ -18,6 +19,7 @@ from typing import Any
 
 from sandbox.harness.seeds import mixed_seed
 from sandbox.rank import wire
+from sandbox.rank.commitment import commitment as commit_to
 
 MAX_EXPECTED_BYTES = 64 * 2**30
 TIMED_KEY_BASE = 10_000
@@ -123,8 +125,12 @@ class Revealed:
             return cls(outputs=tensors[:count], inputs=tensors[count:],
                        input_bytes=[blob.raw(i) for i in range(count, len(blob.specs))], input_specs=blob.specs[count:])
 
-    def commitment(self) -> str:
-        return wire.commitment([*self.outputs, *self.inputs])
+    def on(self, device: Any) -> Revealed:
+        """The same, its tensors copied to ``device`` (the bytes of the inputs stay as they came)."""
+        return dataclasses.replace(self, outputs=[t.to(device) for t in self.outputs], inputs=[t.to(device) for t in self.inputs])
+
+    def commitment(self, scheme: str) -> str:
+        return commit_to([*self.outputs, *self.inputs], scheme)
 
 
 def original_inputs(fd: int) -> tuple[list[bytes], list[dict[str, Any]]]:

@@ -20,10 +20,11 @@ from sandbox.report import Mismatch, RankVerdict
 
 
 def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], spec: ProblemSpec, device: Any,
-          back_to_back_from: int | None = None, note: str | None = None) -> list[RankVerdict]:
+          scheme: str, back_to_back_from: int | None = None, note: str | None = None) -> list[RankVerdict]:
     """Verdicts of every rank when all is right; raises :class:`Verdict` at the first call that
     fails ("wrong"), or when a rank's revealed bytes are not what it committed to ("rejected").
-    ``revealed[i][r]`` and ``committed[i][r]`` belong to ``calls[i]`` on rank r."""
+    ``revealed[i][r]`` and ``committed[i][r]`` belong to ``calls[i]`` on rank r; ``scheme`` is the
+    group's commitment scheme (sandbox/rank/commitment.py)."""
     world = len(revealed[0]) if revealed else 0
     first: Mismatch | None = None
     verdicts: list[RankVerdict] = []
@@ -31,7 +32,9 @@ def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[lis
     for position, call in enumerate(calls):
         for rank in range(world):
             shown = revealed[position][rank]
-            if shown.commitment() != committed[position][rank]:
+            if scheme == "tree" and getattr(device, "type", "cpu") == "cuda":
+                shown = shown.on(device)  # the tree is hashed where the bytes are compared: one copy, no host SHA-256
+            if shown.commitment(scheme) != committed[position][rank]:
                 raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the ones it committed "
                               "to when the call ended (outputs computed or changed after the timer stopped)")
             expected = call.expected[rank]

@@ -48,7 +48,7 @@ from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
 from sandbox.harness.verdict import Verdict
 from sandbox.nvml import gpu_model_name
-from sandbox.rank import wire
+from sandbox.rank import commitment, wire
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 
 log = structlog.get_logger(__name__)
@@ -467,7 +467,8 @@ class Evaluation:
 
     def _judge(self, calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], **hints: Any) -> list[RankVerdict]:
         with self._parent_work("judging"):
-            return judge(calls, revealed, committed, self.problem.spec, self._compare_device(), **hints)
+            return judge(calls, revealed, committed, self.problem.spec, self._compare_device(),
+                         commitment.scheme(self.config.world, self.config.device), **hints)
 
     # ------------------------------------------------------------------ stages
     def _correctness(self) -> None:
@@ -536,7 +537,12 @@ class Evaluation:
                                      f"the timer resolves ({resolution} ms): no speedup is reported; time a larger size (--size)")
         elif cand.median_ms > 0:
             self.report.speedup = round(ref_ms / cand.median_ms, 4)
-            low, high = timing.speedup_interval(reference, candidate, reported=ref_ms / cand.median_ms)
+            interval = timing.speedup_interval(reference, candidate, reported=ref_ms / cand.median_ms)
+            if interval is None:
+                self.report.notes.append("no interval for the speedup: the candidate's claimed times give none (all zero); "
+                                         "its time per call was read on the parent's clock")
+                return self._roofline(cand)
+            low, high = interval
             self.report.speedup_ci = [round(low, 4), round(high, 4)]
             precision = self.config.resolved_timing_precision()
             if precision and (high - low) / 2 > precision * self.report.speedup:

@@ -197,18 +197,20 @@ def reported_ms(claimed_ms: float, check: ClockCheck) -> tuple[float, str | None
 
 
 def speedup_interval(reference: Series, candidate: Series, reported: float | None = None, seed: int = 0,
-                     samples: int = BOOTSTRAP_SAMPLES) -> tuple[float, float]:
+                     samples: int = BOOTSTRAP_SAMPLES) -> tuple[float, float] | None:
     """A 95% bootstrap interval of median(reference) / median(candidate), resampling in two
     stages: the interleaved round pairs, then each chosen round's calls (resampling the rounds
     alone read 4 rounds of 4 noisy calls as about 3x more precise than they are, and on the H200
     five jobs' intervals of one candidate did not overlap). Scaled to ``reported`` where the
     speedup reported is not the claims' own ratio (the candidate read on the parent's clock, the
-    reference taken alone), so that the interval is around the number it qualifies."""
+    reference taken alone), so that the interval is around the number it qualifies. None where
+    the claims give no interval (a candidate that claims zero time: its speedup is read on the
+    parent's clock alone)."""
     pairs = [(r.step_ms(reference.overheads_ms), c.step_ms(candidate.overheads_ms))
              for r, c in zip(reference.rounds, candidate.rounds)]
     pairs = [(r, c) for r, c in pairs if r and c]
     if not pairs:
-        return (float("nan"), float("nan"))
+        return None
     scale = 1.0
     if reported is not None:
         claims_median = statistics.median(candidate.steps())
@@ -226,7 +228,7 @@ def speedup_interval(reference: Series, candidate: Series, reported: float | Non
         if cand_median > 0:
             ratios.append(statistics.median(ref) / cand_median)
     if not ratios:
-        return (float("nan"), float("nan"))
+        return None
     ratios.sort()
     return ratios[int(0.025 * (len(ratios) - 1))] * scale, ratios[int(0.975 * (len(ratios) - 1))] * scale
 
@@ -237,10 +239,10 @@ def precise(reference: Series, candidate: Series, precision: float) -> bool:
     if precision <= 0:
         return True
     ref, cand = statistics.median(reference.steps()), statistics.median(candidate.steps())
-    low, high = speedup_interval(reference, candidate, samples=PRECISION_SAMPLES)
-    if cand <= 0 or math.isnan(low):
+    interval = speedup_interval(reference, candidate, samples=PRECISION_SAMPLES)
+    if cand <= 0 or interval is None:
         return True
-    return (high - low) / 2 <= precision * ref / cand
+    return (interval[1] - interval[0]) / 2 <= precision * ref / cand
 
 
 def slowed(beside: list[float], alone: list[float], factor: float) -> bool:

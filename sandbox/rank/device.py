@@ -8,12 +8,14 @@ L2 cache before a timed call, and the device barrier that aligns ranks before on
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from datetime import timedelta
 from typing import Any
 
 L2_FLUSH_BYTES = 256 * 2**20  # > 2x the L2 of any current NVIDIA GPU (H200: 60 MB, B200: 126 MB)
+WARM_UP_MS = 2.0  # before a timed call the L2 flush is repeated for about this long (flush_l2)
 CALIBRATION_SAMPLES = 31
 NO_COLLECTIVES_BACKEND = "kloop_no_collectives"
 
@@ -70,6 +72,7 @@ class RankDevice:
             self._event = torch.cuda.Event
             self._sync = torch.cuda.synchronize
             self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device) if mode == "cuda" else None
+            self._flushes = self._flushes_for(WARM_UP_MS) if self._flush is not None else 1
         self.barrier = self._device_barrier() if self.cuda and mode == "cuda" and world > 1 else None
         self._store, self._barriers = store, 0
         if not collectives:
@@ -82,8 +85,25 @@ class RankDevice:
             self._sync(self.device)
 
     def flush_l2(self) -> None:
+        """The L2 flushed before a timed call, the flush repeated for about WARM_UP_MS: a GPU left
+        idle for a few ms (the harness's own work between calls) ran a 64 MiB copy 2.3x slower
+        after 5 ms and 4x slower after 20 ms on the H200 (benchmarks/timing_noise.py), so calls
+        were timed in whatever state the gap before them had left the GPU in."""
         if self.cuda and self._flush is not None:
+            for _ in range(self._flushes):
+                self._flush.zero_()
+
+    def _flushes_for(self, busy_ms: float) -> int:
+        """How many flushes keep the GPU busy for ``busy_ms``, timed once it is warm."""
+        for _ in range(8):
             self._flush.zero_()
+        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+        start.record()
+        for _ in range(8):
+            self._flush.zero_()
+        end.record()
+        end.synchronize()
+        return max(1, min(64, math.ceil(busy_ms / max(start.elapsed_time(end) / 8, 1e-3))))
 
     def timed(self, call) -> tuple[Any, float]:
         """``call()``'s result and its time in ms: device-wide sync before and after (work on side

@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sandbox.rank import wire
+from sandbox.rank import commitment, wire
 from sandbox.rank.device import RankDevice
 
 MAX_INPUT_BLOB_BYTES = 64 * 2**30
@@ -44,6 +44,9 @@ class RankServer:
         self.device = RankDevice(self.rank, self.world, config["mode"], config["store"], config["collectives"],
                                  on_cpu=config.get("on_cpu", False))
         self.torch = self.device.torch
+        self.commitment_scheme = commitment.scheme(self.world, config["mode"])
+        if self.commitment_scheme == "tree" and self.device.cuda:
+            commitment.warm_device_digest()
         self.handlers = {"load": self.load, "stage": self.stage, "call": self.call, "burst": self.burst,
                          "reveal": self.reveal, "drop": self.drop, "profile": self.profile, "calibrate": self.calibrate}
 
@@ -184,7 +187,7 @@ class RankServer:
         return [leaf.detach() for leaf in leaves]
 
     def _commitment(self, outputs: list, inputs: list) -> str:
-        return wire.commitment([*outputs, *inputs])
+        return commitment.commitment([*outputs, *inputs], self.commitment_scheme)
 
     def reveal(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """The outputs and the inputs' final state of some calls of a round, one blob per call."""

@@ -24,9 +24,9 @@ import mmap
 import os
 import socket
 import struct
-import threading
 import warnings
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from sandbox.readiness import wait_readable
 
@@ -65,12 +65,12 @@ class Channel:
         self.sock = sock
 
     @classmethod
-    def pair(cls) -> tuple["Channel", "Channel"]:
+    def pair(cls) -> tuple[Channel, Channel]:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         return cls(a), cls(b)
 
     @classmethod
-    def from_fd(cls, fd: int) -> "Channel":
+    def from_fd(cls, fd: int) -> Channel:
         return cls(socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=fd))
 
     def fileno(self) -> int:
@@ -327,7 +327,7 @@ class Blob:
         if not self.shared:  # a shared blob's map lives as long as the tensors that view it
             self.map.close()
 
-    def __enter__(self) -> "Blob":
+    def __enter__(self) -> Blob:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -612,91 +612,3 @@ def tree_tensors(tree: Any, tensors: list) -> list[int]:
 
     walk(tree)
     return found
-
-
-# ---------------------------------------------------------------------------- commitments
-DIGEST_CHUNK_BYTES = 8 * 2**20
-STRIPE_BLOCK_BYTES = 256  # a commitment reads a tensor's bytes as a matrix of 256-byte blocks, 4093 to a row...
-STRIPE_BLOCKS = 4093  # ...column by column (tensor_digest); a prime, so no power-of-two layout lines up with a column
-STRIPE_BYTES = STRIPE_BLOCK_BYTES * STRIPE_BLOCKS
-_digest_pool = None
-_staging: dict[str, Any] = {}
-_staging_lock = threading.Lock()
-
-
-def tensor_digest(tensor) -> str:
-    """SHA-256 over the SHA-256s of 8 MiB chunks (hashed in parallel) of the tensor's bytes in a
-    transposed order: its whole rows of 4093 256-byte blocks (about 1 MiB) read as a matrix, column
-    by column, then the rest as it is. A commitment must bind the bytes, and only a process that
-    holds all of them may be able to make it.
-
-    A sum of words did not bind them. It is linear: the word-sum of a concatenation is the sum of
-    its parts' word-sums, so an all-gather was committed by exchanging one number per rank and
-    computed only when asked to show it (tests/fixtures/hostile/wordsum_commitment_forgery.py);
-    and within a tolerance any sum can be hit by nudging low bits. Chunks of the bytes in their
-    own order did not need all of them: an all-gather's output is the shards one after the other,
-    so with shards of whole 8 MiB chunks each rank hashed its own and the ranks exchanged 32
-    bytes a chunk (chunk_digest_commitment_forgery.py). In the transposed order every column runs
-    through every row of the tensor, so each rank's part of a chunk is cut into pieces
-    interleaved with the other ranks': whether the ranks own contiguous ranges or stripes of any
-    power-of-two width, a 64 MiB tensor's every chunk changes owner 757 times or more
-    (tests/sandbox/rank/test_wire.py), and ranks that hashed their parts without holding the
-    whole would pass a hash state between them as often, in time the parent's clock counts."""
-    import hashlib
-
-    with _staging_lock:
-        data = _committed_bytes(tensor)
-        chunks = [data[i:i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)] or [data]
-        digests = list(_pool().map(lambda chunk: hashlib.sha256(chunk).digest(), chunks)) if len(chunks) > 1 else \
-            [hashlib.sha256(chunks[0]).digest()]
-    return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
-
-
-def _committed_bytes(tensor) -> memoryview:
-    """The tensor's bytes on the host, in the order tensor_digest hashes them, in a buffer reused
-    from call to call (pinned for a device tensor: the block transposition is made on the device,
-    and the copy to the host is synchronous)."""
-    import torch
-
-    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    size, on_device = flat.numel(), flat.device.type != "cpu"
-    key = "pinned" if on_device else "host"
-    buffer = _staging.get(key)
-    if buffer is None or buffer.numel() < size:
-        buffer = _staging[key] = torch.empty(max(size, 2**20), dtype=torch.uint8, pin_memory=on_device)
-    host = buffer[:size]
-    body = size - size % STRIPE_BYTES
-    if body:
-        source = flat[:body] if flat.storage_offset() % 8 == 0 else flat[:body].clone()  # 8-byte words need alignment
-        blocks = source.view(torch.int64).view(-1, STRIPE_BLOCKS, STRIPE_BLOCK_BYTES // 8).transpose(0, 1)
-        host[:body].view(torch.int64).view(STRIPE_BLOCKS, -1, STRIPE_BLOCK_BYTES // 8).copy_(
-            blocks.contiguous() if on_device else blocks)
-    host[body:].copy_(flat[body:])
-    return _tensor_bytes(host)
-
-
-def _pool():
-    global _digest_pool
-    if _digest_pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _digest_pool = ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 1))), thread_name_prefix="kloop-digest")
-    return _digest_pool
-
-
-def _tensor_bytes(flat) -> memoryview:
-    """A view of a contiguous CPU tensor's bytes, without a copy (the caller keeps it alive)."""
-    import ctypes
-
-    nbytes = flat.numel() * flat.element_size()
-    if nbytes == 0:
-        return memoryview(b"")
-    return memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B")
-
-
-def commitment(tensors: list) -> str:
-    """A short digest of ``tensors`` (dtypes, shapes and the SHA-256 of their bytes), in order."""
-    import hashlib
-
-    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_digest(t)] for t in tensors]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]

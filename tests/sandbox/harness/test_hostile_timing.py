@@ -283,3 +283,13 @@ def test_an_honest_candidate_in_slower_staging_processes_is_charged_not_rejected
     precomputing = _staged(0.01, 0.01 + 20.0, [ms * 1.5 for ms in H200_REFERENCE_STAGING_MS], seed=4)
     with pytest.raises(timing.TimingRejected, match="staging"):
         timing.check_clock(precomputing, reference, "cuda", *calibration)
+
+
+def test_claims_of_zero_give_no_interval_rather_than_nan():
+    """A candidate that claims zero time (hostile timed_claims_zero) is read on the parent's clock;
+    its claims give no interval, which is None (no interval is reported, and a note says why), not
+    [nan, nan] in the report as on the H200 before."""
+    reference = _series([0.5] * 16, [2.5] * 16)
+    candidate = _series([0.0] * 16, [2.4] * 16)
+    assert timing.speedup_interval(reference, candidate) is None
+    assert timing.precise(reference, candidate, 0.03)

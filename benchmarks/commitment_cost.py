@@ -1,0 +1,79 @@
+"""What a call's commitment costs a rank, and what re-hashing revealed bytes costs the parent,
+for each scheme of sandbox/rank/commitment.py, side by side in one process.
+
+    python benchmarks/commitment_cost.py [--device cuda] [--mib 1 16 64 128] [--repeats 10]
+
+Per size: the rank's commitment to one tensor on the device (``transposed``: transposed on the
+device, copied to pinned host memory, SHA-256 in threads; ``tree``: SHA-256 leaves on the device,
+the top level copied), and the parent's re-hash of the same bytes on the host. With
+``--leaf-kib`` several leaf sizes of the tree are compared (the module's constant is the one the
+judge uses). On a GPU it first checks that the device tree digest equals the host's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from paths import ROOT  # noqa: F401 - puts the repository on sys.path
+from table import SPREAD_HEADER, print_table, spread
+
+
+def _timed_ms(torch, fn, repeats: int, cuda: bool) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1000.0)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where the rank's tensor lives")
+    parser.add_argument("--mib", type=int, nargs="+", default=[1, 16, 64, 128], help="tensor sizes in MiB")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--leaf-kib", type=int, nargs="+", default=None,
+                        help="tree leaf sizes to compare (default: the judge's own)")
+    args = parser.parse_args(argv)
+    import torch
+
+    from sandbox.rank import commitment
+
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("no CUDA device: run with --device cpu", file=sys.stderr)
+        return 2
+    default_leaf = commitment.TREE_LEAF_BYTES
+    leaves = [k * 1024 for k in args.leaf_kib] if args.leaf_kib else [default_leaf]
+    rows = []
+    for mib in args.mib:
+        tensor = torch.randint(0, 256, (mib * 2**20,), dtype=torch.uint8, device=args.device)
+        host = tensor.cpu()
+        rank = _timed_ms(torch, lambda: commitment.tensor_digest(tensor), args.repeats, cuda)
+        parent = _timed_ms(torch, lambda: commitment.tensor_digest(host), args.repeats, False)
+        rows.append([f"{mib} MiB", "transposed", "-", *spread(rank)[:3], spread(parent)[0]])
+        for leaf in leaves:
+            commitment.TREE_LEAF_BYTES = leaf
+            try:
+                if cuda and commitment.tree_digest(tensor) != commitment.tree_digest(host):
+                    print(f"MISMATCH: the device tree digest of {mib} MiB differs from the host's", flush=True)
+                    return 1
+                rank = _timed_ms(torch, lambda: commitment.tree_digest(tensor), args.repeats, cuda)
+                parent = _timed_ms(torch, lambda: commitment.tree_digest(host), args.repeats, False)
+            finally:
+                commitment.TREE_LEAF_BYTES = default_leaf
+            rows.append([f"{mib} MiB", "tree", leaf // 1024, *spread(rank)[:3], spread(parent)[0]])
+        print(f"measured {mib} MiB", flush=True)
+    header = ["size", "scheme", "leaf_kib", *(f"rank_{h}" for h in SPREAD_HEADER[:3]), "parent_median_ms"]
+    print_table(f"commitment cost ({args.device}, {args.repeats} repeats, one tensor)", header, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
