@@ -85,10 +85,11 @@ class RankDevice:
             self._sync(self.device)
 
     def flush_l2(self) -> None:
-        """The L2 flushed before a timed call, the flush repeated for about WARM_UP_MS: a GPU left
-        idle for a few ms (the harness's own work between calls) ran a 64 MiB copy 2.3x slower
-        after 5 ms and 4x slower after 20 ms on the H200 (benchmarks/timing_noise.py), so calls
-        were timed in whatever state the gap before them had left the GPU in."""
+        """The L2 flushed before a timed call, the flush repeated for about WARM_UP_MS so that the
+        GPU is busy, not idle, when the call starts: on the H200 after 20 ms idle (the harness's own
+        work between calls) a flushed 64 MiB copy took 0.096 ms after one flush and 0.080-0.088 ms
+        after 4 to 32 (benchmarks/timing_noise.py), and five jobs' speedups of one solution spread
+        1.58x instead of 2.87x, side by side in one device call (benchmarks/timing_stability.py)."""
         if self.cuda and self._flush is not None:
             for _ in range(self._flushes):
                 self._flush.zero_()
