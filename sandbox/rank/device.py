@@ -88,9 +88,9 @@ class RankDevice:
         """The L2 flushed before a timed call, the flush repeated for about WARM_UP_MS so that the
         GPU is busy, not idle, when the call starts: on the H200 after 20 ms idle (the harness's own
         work between calls) a flushed 64 MiB copy took 0.096 ms after one flush and 0.080-0.088 ms
-        after 4 to 32 (benchmarks/timing_noise.py); with the commitment hashed on the device too, five
-        jobs' speedups of one solution spread
-        1.58x instead of 2.87x, side by side in one device call (benchmarks/timing_stability.py)."""
+        after 4 to 32 (benchmarks/timing_noise.py); with the commitment hashed on the device too,
+        five jobs' speedups of one solution spread 1.58x instead of 2.87x, side by side in one
+        device call (benchmarks/timing_stability.py)."""
         if self.cuda and self._flush is not None:
             for _ in range(self._flushes):
                 self._flush.zero_()
