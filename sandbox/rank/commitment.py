@@ -6,11 +6,11 @@ commitment is a claim, made in the candidate's process; what makes it worth anyt
 binds the bytes (SHA-256) and that it must be sent when the call ends, in time the parent's clock
 counts. Two schemes, one per group (:func:`scheme`):
 
-- ``transposed`` (any group of several ranks, and the CPU): SHA-256 over the SHA-256s of 8 MiB
+- ``transposed`` (any group of several ranks, the CPU and emulation): SHA-256 over the SHA-256s of 8 MiB
   chunks of the bytes read in a transposed order, hashed on the host. Several ranks must not be
   able to make it from their own parts and a few digests of the others' (see
   :func:`tensor_digest`), which a parallel hash on the device would allow.
-- ``tree`` (a group of one rank on a GPU, where no other rank holds any part): a Merkle tree of
+- ``tree`` (a group of one rank in cuda mode, where no other rank holds any part): a Merkle tree of
   SHA-256 over 8 KiB leaves, hashed on the device where the bytes are (:file:`leaf_sha256.cu`),
   so a call's commitment costs a fraction of a millisecond instead of a copy of every byte to the
   host and a host SHA-256 of them (about 20-25 ms a call at 64 MB on the H200), and the parent's
@@ -45,8 +45,9 @@ _kernel = None
 
 def scheme(world: int, mode: str) -> str:
     """The commitment scheme of a group of ``world`` ranks in ``mode`` (cpu, cuda or emulate): the
-    rank server and the parent both ask here."""
-    return "tree" if world == 1 and mode != "cpu" else "transposed"
+    rank server and the parent both ask here. Emulation is never timed, and its reference ranks
+    run on the CPU, where the tree is slower to hash than the transposed order."""
+    return "tree" if world == 1 and mode == "cuda" else "transposed"
 
 
 def commitment(tensors: list, scheme: str = "transposed") -> str:
