@@ -19,7 +19,6 @@
 #   perf                      measured topology and the performance feedback (tests/sandbox/test_gpu_perf.py)
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
 #   latency_ab                eval_latency.py (cuda, world 1, with the profile) in .baseline, then in this tree
-#   timing_ab                 timing stability, world 1, this tree and .baseline (an older tree, carried) in turn
 #   batch_oracles             kloop batch of benchmarks/batch_oracles_cuda.yaml (oracles and references, cuda, world 1) + report
 #   batch_oracles_quick       the same with one sample per problem (half the time)
 #   service_gpu               tests/service/test_service_gpu.py: a batch through the API in emulate (world 2) and cuda (world 1)
@@ -88,12 +87,6 @@ for name in "$@"; do
       sed -n '/^eval latency/,$p' "$OUT/latency_baseline.log"
       part latency_new 150 python3 $latency
       sed -n '/^eval latency/,$p' "$OUT/latency_new.log" ;;
-    timing_ab)
-      stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --repeats 3"
-      part timing_baseline 80 bash -c "cd .baseline && KLOOP_CACHE_DIR=/tmp/cache-baseline PYTHONPATH=/tmp/site:\$PWD python3 $stability"
-      grep -E "job|all_reduce \|" "$OUT/timing_baseline.log"
-      part timing_new 80 env KLOOP_CACHE_DIR=/tmp/cache-new python3 $stability
-      grep -E "job|all_reduce \|" "$OUT/timing_new.log" ;;
     vs_pkb) part "$name" 570 python3 benchmarks/vs_pkb.py --pkb-root .pkb --timeout-s 280 --out "$OUT/vs_pkb"
       sed -n '/^ParallelKernelBench vs kloop/,$p' "$OUT/$name.log" ;;
     pkb_refs) part "$name" 540 python3 benchmarks/pkb_references.py --pkb-root .pkb --device cuda --world 1 --timeout-s 120 \

@@ -40,16 +40,16 @@ def _row(name: str, values: list[float]) -> list:
 HEADER = ["case", *SPREAD_HEADER]
 
 
-def _timed_clone(torch, source, keep: list | None, before=None) -> float:
+def _timed_clone(torch, source, keep: list | None, before=None, matmul: bool = False) -> float:
     if before is not None:
         before()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    out = source.clone() if keep != "matmul" else source @ source
+    out = source @ source if matmul else source.clone()
     end.record()
     torch.cuda.synchronize()
-    if isinstance(keep, list):
+    if keep is not None:
         keep.append(out)
     return start.elapsed_time(end)
 
@@ -82,14 +82,14 @@ def warm_ups(torch, source, matrix, calls: int) -> list[list]:
     end.synchronize()
     per_flush = start.elapsed_time(end) / 20
     rows = []
-    for what, operand, keep in (("64 MiB clone", source, None), ("bf16 matmul 4096^2", matrix, "matmul")):
+    for what, operand, matmul in (("64 MiB clone", source, False), ("bf16 matmul 4096^2", matrix, True)):
         for flushes in (1, 4, 8, 16, 32):
             def before(count=flushes):
                 time.sleep(0.02)
                 for _ in range(count):
                     flush.zero_()
 
-            times = [_timed_clone(torch, operand, keep, before) for _ in range(calls)]
+            times = [_timed_clone(torch, operand, None, before, matmul) for _ in range(calls)]
             rows.append(_row(f"{what}, {flushes} flushes (~{flushes * per_flush:.2f} ms)", times))
     return rows
 

@@ -32,7 +32,7 @@ def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[lis
     for position, call in enumerate(calls):
         for rank in range(world):
             shown = revealed[position][rank]
-            if scheme == "tree" and getattr(device, "type", "cpu") == "cuda":
+            if scheme == "tree" and device.type == "cuda":
                 shown = shown.on(device)  # the tree is hashed where the bytes are compared: one copy, no host SHA-256
             if shown.commitment(scheme) != committed[position][rank]:
                 raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the ones it committed "

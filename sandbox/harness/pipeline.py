@@ -541,15 +541,15 @@ class Evaluation:
             if interval is None:
                 self.report.notes.append("no interval for the speedup: the candidate's claimed times give none (all zero); "
                                          "its time per call was read on the parent's clock")
-                return self._roofline(cand)
-            low, high = interval
-            self.report.speedup_ci = [round(low, 4), round(high, 4)]
-            precision = self.config.resolved_timing_precision()
-            if precision and (high - low) / 2 > precision * self.report.speedup:
-                self.report.notes.append(
-                    f"the speedup's 95% interval ({low:.3f}-{high:.3f}) is wider than the precision asked (+-{precision:.0%}) "
-                    f"after {cand.iterations} timed calls: the timing budget or the call limit ran out; compare it with others "
-                    "by its interval, not its point")
+            else:
+                low, high = interval
+                self.report.speedup_ci = [round(low, 4), round(high, 4)]
+                precision = self.config.resolved_timing_precision()
+                if precision and (high - low) / 2 > precision * self.report.speedup:
+                    self.report.notes.append(
+                        f"the speedup's 95% interval ({low:.3f}-{high:.3f}) is wider than the precision asked (+-{precision:.0%}) "
+                        f"after {cand.iterations} timed calls: the timing budget or the call limit ran out; compare it with "
+                        "others by its interval, not its point")
         self._roofline(cand)
 
     def _reference_ms(self, beside_series: timing.Series) -> float:
