@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from common import evaluate, print_table, problems_with_oracles
@@ -52,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             ci = f" [{report.speedup_ci[0]:.3f}, {report.speedup_ci[1]:.3f}]" if report.speedup_ci else ""
             print(f"{problem.name} job {len(candidate_ms)}/{args.repeats}: speedup {report.speedup:.3f}{ci} over "
                   f"{report.candidate_timing.rounds} rounds ({report.candidate_timing.l2_policy}), candidate {candidate_ms[-1]:.4f} ms, "
-                  f"reference {reference_ms[-1]:.4f} ms, fastest iteration {fastest_ms[-1]:.4f} ms, "
-                  f"reference sync overhead {overhead_ms[-1]:.4f} ms ({report.wall_s:.0f} s)", flush=True)
+                  f"(min {report.candidate_timing.min_ms:.4f}, iqr {report.candidate_timing.iqr_ms:.4f}), "
+                  f"reference {reference_ms[-1]:.4f} ms (min {report.reference_timing.min_ms:.4f}, iqr "
+                  f"{report.reference_timing.iqr_ms:.4f}), fastest iteration {fastest_ms[-1]:.4f} ms, "
+                  f"reference sync overhead {overhead_ms[-1]:.4f} ms ({report.wall_s:.0f} s, ended {time.strftime('%H:%M:%S')})", flush=True)
         if len(candidate_ms) == args.repeats:
             spread = max(speedups) / min(speedups)
             goal = 1.03 if min(candidate_ms) > 1.0 else 1.10

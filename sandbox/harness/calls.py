@@ -10,7 +10,6 @@ even a rerun of the same evaluation predicts it.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import random
@@ -69,12 +68,13 @@ class Expected:
     native: list | None = None
 
     @classmethod
-    def read(cls, summary: dict[str, Any], fd: int) -> "Expected":
-        """The expectation in the reference's blob ``fd``, which is closed: the tensors are copies,
-        and a long-lived harness that kept the file would hold every call's outputs for good."""
+    def read(cls, summary: dict[str, Any], fd: int, device: Any = None) -> "Expected":
+        """The expectation in the reference's blob ``fd``, which is closed: the tensors are copies
+        (on ``device``, where it is compared; else the CPU), and a long-lived harness that kept the
+        file would hold every call's outputs for good."""
         try:
             with wire.Blob(fd, MAX_EXPECTED_BYTES) as blob:
-                tensors = blob.tensors()
+                tensors = blob.tensors(device)
         finally:
             os.close(fd)
         count = len(summary["shapes"])
@@ -112,28 +112,34 @@ class Revealed:
 
     outputs: list
     inputs: list
-    input_bytes: list[bytes]
-    input_specs: list[dict[str, Any]]
 
     @classmethod
-    def read(cls, fd: int, max_bytes: int) -> "Revealed":
+    def read(cls, fd: int, max_bytes: int, device: Any = None) -> "Revealed":
+        """The revealed blob ``fd`` as tensors (on ``device``, else the CPU)."""
         with wire.Blob(fd, max_bytes) as blob:
             count = blob.tree  # the number of outputs; the inputs follow them
             if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(blob.specs):
                 raise wire.WireError("a revealed call without its output count")
-            tensors = blob.tensors()
-            return cls(outputs=tensors[:count], inputs=tensors[count:],
-                       input_bytes=[blob.raw(i) for i in range(count, len(blob.specs))], input_specs=blob.specs[count:])
-
-    def on(self, device: Any) -> Revealed:
-        """The same, its tensors copied to ``device`` (the bytes of the inputs stay as they came)."""
-        return dataclasses.replace(self, outputs=[t.to(device) for t in self.outputs], inputs=[t.to(device) for t in self.inputs])
+            tensors = blob.tensors(device)
+            return cls(outputs=tensors[:count], inputs=tensors[count:])
 
     def commitment(self, scheme: str) -> str:
         return commit_to([*self.outputs, *self.inputs], scheme)
 
 
-def original_inputs(fd: int) -> tuple[list[bytes], list[dict[str, Any]]]:
-    """The bytes and descriptions of the tensors in a call's input blob (as the reference made them)."""
+def original_inputs(fd: int, device: Any = None) -> list:
+    """The tensors of a call's input blob, as the reference made them (on ``device``, else the CPU)."""
     with wire.Blob(fd, MAX_EXPECTED_BYTES) as blob:
-        return [blob.raw(i) for i in range(len(blob.specs))], blob.specs
+        return blob.tensors(device)
+
+
+def same_bytes(before: Any, after: Any) -> bool:
+    """Whether two tensors have one dtype, one shape and the same bytes (NaN payloads and the sign
+    of zero included)."""
+    import torch
+
+    if before.dtype != after.dtype or before.shape != after.shape:
+        return False
+    flat_before = before.detach().reshape(-1).view(torch.uint8)
+    flat_after = after.detach().reshape(-1).view(torch.uint8)
+    return torch.equal(flat_before, flat_after.to(flat_before.device))

@@ -227,10 +227,15 @@ class RankGroup:
     def launcher_log(self) -> str:
         return self.zygote_log.text()
 
+    @property
+    def pausable(self) -> bool:
+        """Whether :meth:`paused` can stop this group (a jailed one, not yet ended)."""
+        return bool(getattr(self.process, "pausable", False)) and not self.closed
+
     def paused(self) -> contextlib.AbstractContextManager[str | None]:
         """Every process of this group stopped for the block (a jailed group; others go on); the
         block gets None, or why the group could not be stopped."""
-        if not getattr(self.process, "pausable", False) or self.closed:
+        if not self.pausable:
             return contextlib.nullcontext()
         return pause.paused(self.process.pid)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from problems.contract import ProblemSpec
-from sandbox.harness.calls import Call, Expected, Revealed, original_inputs
+from sandbox.harness.calls import Call, Expected, Revealed, original_inputs, same_bytes
 from sandbox.harness.compare import compare_outputs, error_summary
 from sandbox.harness.verdict import Verdict
 from sandbox.report import Mismatch, RankVerdict
@@ -32,8 +32,6 @@ def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[lis
     for position, call in enumerate(calls):
         for rank in range(world):
             shown = revealed[position][rank]
-            if scheme == "tree" and device.type == "cuda":
-                shown = shown.on(device)  # the tree is hashed where the bytes are compared: one copy, no host SHA-256
             if shown.commitment(scheme) != committed[position][rank]:
                 raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the ones it committed "
                               "to when the call ended (outputs computed or changed after the timer stopped)")
@@ -77,16 +75,12 @@ def _check_call(expected: Expected, shown: Revealed, inputs_fd: int, spec: Probl
     if len(shown.outputs) != expected.outputs:
         return Mismatch(rank=rank, trial=label, kind="type",
                         detail=f"returned {len(shown.outputs)} tensors, the reference returns {expected.outputs}")
-    original_bytes, original_specs = original_inputs(inputs_fd)
-    if len(shown.inputs) != len(original_bytes):
+    original = original_inputs(inputs_fd, shown.inputs[0].device if shown.inputs else None)
+    if len(shown.inputs) != len(original):
         return Mismatch(rank=rank, trial=label, kind="input_modified", detail="the inputs did not come back whole")
     if not spec.in_place:
-        for index, (before, after, before_spec, after_spec) in enumerate(zip(original_bytes, shown.input_bytes, original_specs,
-                                                                             shown.input_specs)):
-            if index in expected.mutated:
-                continue
-            same_kind = (before_spec["dtype"], before_spec["shape"]) == (after_spec["dtype"], after_spec["shape"])
-            if not same_kind or before != after:
+        for index, (before, after) in enumerate(zip(original, shown.inputs)):
+            if index not in expected.mutated and not same_bytes(before, after):
                 return Mismatch(rank=rank, trial=label, kind="input_modified",
                                 detail=f"input tensor {index} was modified; solutions must not write their inputs")
     return compare_outputs(_on(expected, device), [x.to(device) for x in _judged(expected, shown)], spec.atol, spec.rtol, rank, label)

@@ -341,10 +341,11 @@ class Evaluation:
                                "reference")
         try:
             with self._parent_work("reading expected outputs"):
+                device = self._compare_device()
                 for answer in answers:
                     for call, summary in zip(calls, answer.reply.calls):
                         call.inputs.append(answer.fds.pop(0))
-                        call.expected.append(Expected.read(summary, answer.fds.pop(0)) if summary["expect"] else None)
+                        call.expected.append(Expected.read(summary, answer.fds.pop(0), device) if summary["expect"] else None)
         except BaseException:
             for call in calls:
                 call.close()
@@ -413,6 +414,8 @@ class Evaluation:
         answers = self._candidate(self.candidate.ask({"type": "reveal", "round": round_id, "indices": indices}, m.Revealed,
                                                      self.config.timeouts.correctness_s, stage))
         shown: list[list[Revealed]] = [[] for _ in indices]
+        # where the tree is the scheme, read straight to the device it is hashed and compared on (one copy, no host SHA-256)
+        device = self._compare_device() if commitment.scheme(self.config.world, self.config.device) == "tree" else None
         with self._parent_work("reading revealed outputs"), contextlib.ExitStack() as cleanup:
             cleanup.callback(close_answers, answers)
             for answer in answers:
@@ -420,7 +423,7 @@ class Evaluation:
                     raise m.ProtocolViolation(f"rank {answer.rank} revealed other calls than those asked for")
                 for position, fd in enumerate(answer.fds):
                     try:
-                        shown[position].append(Revealed.read(fd, reveal_limit(calls[position], answer.rank)))
+                        shown[position].append(Revealed.read(fd, reveal_limit(calls[position], answer.rank), device))
                     except MemoryError:  # the blob is bounded by reveal_limit: running out is the parent's trouble
                         raise
                     except Exception as error:  # noqa: BLE001 - whatever a rank's bytes make torch raise is the rank's

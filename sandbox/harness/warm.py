@@ -120,8 +120,8 @@ class WarmGroups:
     started it). A correct evaluation's report does not wait for its group's end; ``acquire``
     waits until every group handed back is gone (its memory and its share of the machine free
     again: a timing must not share it with a dying group) before it hands out the next. No group
-    is ever handed out twice. No group starts while an evaluation times (``quiet``), and a
-    timing waits for the start-ups under way: a start-up imports torch in every rank and opens
+    is ever handed out twice. No group starts while an evaluation times (``quiet``), and the
+    start-ups under way are stopped meanwhile: a start-up imports torch in every rank and opens
     a device context, the very work a timing must not share the machine with (on a two-core
     host it left an honest candidate's calls 0.6-0.8 ms a call more unaccounted than the
     reference's, in both of a run's timings)."""
@@ -135,7 +135,7 @@ class WarmGroups:
         self._used: dict[GroupKey, float] = {}  # key -> when a group of it was last taken
         self._jobs: queue.Queue = queue.Queue()  # for the starting thread
         self._ending = 0  # groups handed back and not yet ended
-        self._starting = 0  # groups started ahead and not yet ready (or failed)
+        self._in_flight: set[_Pending] = set()  # groups started ahead and not yet ready (or failed)
         self._timing = 0  # evaluations in a timed phase
         self._changed = threading.Condition(self._lock)
         self._closed = False
@@ -214,13 +214,22 @@ class WarmGroups:
 
     @contextlib.contextmanager
     def quiet(self):
-        """A timed phase: the start-ups under way finish first (up to PREFETCH_READY_S), and no
-        new one begins until it ends."""
+        """A timed phase, with no start-up running: none begins until it ends, and those under way
+        are stopped for it (SIGSTOP to their trees, in which no candidate code has run yet) and go
+        on after. Waiting for them to finish instead cost every evaluation of a batch on the H200
+        about 2 s (benchmarks/throughput.py: the build stage, which times the reference alone, took
+        2.8-3.8 s). One that cannot be stopped is waited for (up to PREFETCH_READY_S)."""
         with self._changed:
             self._timing += 1
-            self._changed.wait_for(lambda: self._starting == 0, PREFETCH_READY_S)
+            # launching a group's processes takes a moment; then there is a tree to stop
+            self._changed.wait_for(lambda: all(entry.group is not None for entry in self._in_flight), PREFETCH_READY_S)
+            starting = [entry for entry in self._in_flight if entry.group is not None]
         try:
-            yield
+            with contextlib.ExitStack() as stopped:
+                for entry in starting:
+                    if not entry.group.pausable or stopped.enter_context(entry.group.paused()) is not None:
+                        entry.done.wait(PREFETCH_READY_S)
+                yield
         finally:
             with self._changed:
                 self._timing -= 1
@@ -300,14 +309,16 @@ class WarmGroups:
             if self._closed:
                 entry.done.set()
                 return
-            self._starting += 1
+            self._in_flight.add(entry)
         try:
             group = start_candidate(world, device, allow_nccl, self._folder("candidate"), dtype, shape)
         except Exception as error:  # noqa: BLE001 - the evaluation that takes it starts its own instead
             log.warning("could not start a candidate group ahead", error=f"{type(error).__name__}: {error}")
             self._started(entry)
             return
-        entry.group = group
+        with self._changed:
+            entry.group = group
+            self._changed.notify_all()  # a timed phase waits for a tree it can stop
 
         def wait_ready() -> None:  # only reads: the group's processes belong to the worker thread
             try:
@@ -328,7 +339,7 @@ class WarmGroups:
         """``entry``'s start-up is over, ready or not."""
         entry.done.set()
         with self._changed:
-            self._starting -= 1
+            self._in_flight.discard(entry)
             self._changed.notify_all()
 
     def close(self) -> None:

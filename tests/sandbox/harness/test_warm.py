@@ -165,9 +165,9 @@ def test_warm_groups_keep_fresh_groups_ready_and_end_used_ones(tmp_path, monkeyp
 
 
 def test_no_group_starts_while_an_evaluation_times(tmp_path, monkeypatch):
-    """A replacement asked for during a timed phase (``quiet``) waits for its end; a timed phase
-    that begins while one starts waits until it is ready. Either way no start-up (torch imported
-    in every rank) shares the machine with a timing."""
+    """A replacement asked for during a timed phase (``quiet``) waits for its end; one that is
+    starting when a timed phase begins is stopped for it, every process of its tree, and goes on
+    after. Either way no start-up (torch imported in every rank) shares the machine with a timing."""
     from sandbox.harness.pipeline import Evaluation
     from sandbox.harness.warm import WarmGroups
 
@@ -192,8 +192,14 @@ def test_no_group_starts_while_an_evaluation_times(tmp_path, monkeypatch):
         while starting[0].group is None and time.monotonic() < deadline:  # its processes launched
             time.sleep(0.05)
         assert len(starting) == 1 and starting[0].group is not None and not starting[0].done.is_set()
+        tree = [p for p in _descendants(starting[0].group.process.pid) if "sandbox.rank" in " ".join(p.cmdline())]
+        assert tree, "the group's ranks are not running"
         with groups.quiet():
-            assert starting[0].done.is_set() and starting[0].ready  # the timing began only once it was ready
+            assert {p.status() for p in tree} == {psutil.STATUS_STOPPED}  # stopped, not waited for
+            time.sleep(1.0)
+            assert not starting[0].done.is_set()  # a stopped start-up does not go on
+        assert {p.status() for p in tree} != {psutil.STATUS_STOPPED}
+        assert groups.ready_count(first, READY_WAIT_S) == 1 and starting[0].ready  # it went on after
     finally:
         groups.close()
 

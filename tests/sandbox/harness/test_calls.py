@@ -1,0 +1,54 @@
+"""The judge's input check compares bytes, not values: a NaN's payload, the sign of a zero and a
+bool's byte all count; dtype and shape must be the reference's."""
+
+import os
+
+import torch
+
+from sandbox.harness.calls import Revealed, original_inputs, same_bytes
+from sandbox.rank import wire
+
+
+def _with_bits(tensor: torch.Tensor, index: int, bits: int) -> torch.Tensor:
+    changed = tensor.clone()
+    changed.view(torch.int32 if tensor.element_size() == 4 else torch.uint8)[index] = bits
+    return changed
+
+
+def test_equal_tensors_have_the_same_bytes():
+    x = torch.tensor([1.0, float("nan"), -0.0, float("inf")])
+    assert same_bytes(x, x.clone())
+
+
+def test_a_changed_nan_payload_or_sign_of_zero_is_a_change():
+    x = torch.tensor([1.0, float("nan"), 0.0])
+    other_nan = _with_bits(x, 1, 0x7FC00001)
+    assert torch.isnan(other_nan[1]) and not same_bytes(x, other_nan)
+    assert not same_bytes(x, torch.tensor([1.0, float("nan"), -0.0]))
+
+
+def test_a_bool_byte_other_than_one_is_a_change():
+    x = torch.tensor([True, False, True])
+    assert not same_bytes(x, _with_bits(x, 0, 2))
+
+
+def test_dtype_and_shape_must_match():
+    x = torch.arange(6, dtype=torch.int32)
+    assert not same_bytes(x, x.reshape(2, 3))
+    assert not same_bytes(x, x.view(torch.float32))
+    assert same_bytes(x.reshape(2, 3).t().contiguous().t(), x.reshape(2, 3))
+
+
+def test_a_revealed_blob_and_an_input_blob_read_back_as_written():
+    inputs = [torch.randn(5, 3).to(torch.bfloat16), torch.tensor([3], dtype=torch.int64)]
+    outputs = [inputs[0].float() * 2]
+    revealed_fd = wire.write_blob(1, outputs + inputs, name="revealed")
+    inputs_fd = wire.write_blob([{"T": 0}, {"T": 1}], inputs, name="inputs")
+    try:
+        shown = Revealed.read(revealed_fd, 2**20)
+        original = original_inputs(inputs_fd)
+    finally:
+        os.close(revealed_fd)
+        os.close(inputs_fd)
+    assert len(shown.outputs) == 1 and torch.equal(shown.outputs[0], outputs[0])
+    assert all(same_bytes(a, b) for a, b in zip(original, shown.inputs)) and len(original) == 2
