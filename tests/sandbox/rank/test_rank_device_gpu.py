@@ -1,0 +1,46 @@
+"""The flush before a timed call on a GPU (marker gpu): it keeps the device busy for about
+WARM_UP_MS (the GPU is not idle, its clocks down, when the call starts), and it evicts the L2."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def test_the_flush_keeps_the_gpu_busy_for_the_warm_up(tmp_path):
+    import torch
+
+    from sandbox.rank.device import WARM_UP_MS, RankDevice
+
+    device = RankDevice(0, 1, "cuda", str(tmp_path / "store"), collectives=True)
+    try:
+        busy = []
+        for _ in range(10):
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            device.flush_l2()
+            end.record()
+            end.synchronize()
+            busy.append(start.elapsed_time(end))
+        busy.sort()
+        median = busy[len(busy) // 2]
+        print(f"flush before a timed call: {device._flushes} flushes of 256 MiB, GPU busy {median:.2f} ms "
+              f"(goal {WARM_UP_MS} ms; min {busy[0]:.2f}, max {busy[-1]:.2f})")
+        assert device._flushes > 1
+        assert 0.5 * WARM_UP_MS <= median <= 3.0 * WARM_UP_MS
+
+        data = torch.ones(16 * 2**20, dtype=torch.float32, device="cuda")  # 64 MiB, larger than the H200's L2
+        reads = {}
+        for flushed in (False, True):
+            times = []
+            for _ in range(10):
+                data.sum()
+                if flushed:
+                    device.flush_l2()
+                _, ms = device.timed(lambda: data[: 2 * 2**20].sum())  # 8 MiB: fits in L2 unless evicted
+                times.append(ms)
+            reads[flushed] = sorted(times)[len(times) // 2]
+        print(f"an 8 MiB read after a read of it: {reads[False]:.4f} ms warm, {reads[True]:.4f} ms after the flush")
+        assert reads[True] > reads[False]
+    finally:
+        torch.distributed.destroy_process_group()
