@@ -39,6 +39,7 @@ MAX_DIMS = 16
 MAX_TREE_DEPTH = 32
 MAX_GROUP_RANKS = 1024
 MAGIC = b"KLOOPBL1"
+BOUNCE_BYTES = 16 * 2**20  # a CUDA tensor goes to a blob through a page-locked buffer of this size, piece by piece
 ALIGN = 64
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 SIZE_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL  # a shared copy: writable, never resized
@@ -201,7 +202,11 @@ def read_sealed(fd: int, max_bytes: int) -> bytes:
 # ---------------------------------------------------------------------------- blobs
 def write_blob(tree: Any, tensors: list, name: str = "blob") -> int:
     """A sealed memfd holding ``tree`` (plain JSON with {"T": i} tensor references) and the bytes
-    of ``tensors`` (torch tensors, any device), each copied once, straight into the memfd."""
+    of ``tensors`` (torch tensors, any device), written into it with pwrite: from a CPU tensor's
+    own memory, from a CUDA tensor through a page-locked bounce buffer. On the H200 host a
+    MAP_POPULATE'd mapping of a fresh memfd cost about 1 GB/s in page faults (the reference's blobs
+    took 7-8 s of a 64 MB evaluation, py-spy over benchmarks/eval_latency.py); pwrite allocates
+    the same pages without faulting them into a mapping."""
     import torch
 
     specs, flats, offset = [], [], 0
@@ -217,23 +222,39 @@ def write_blob(tree: Any, tensors: list, name: str = "blob") -> int:
     prefix += bytes(-len(prefix) % ALIGN)
     fd = os.memfd_create(f"kloop-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        total = len(prefix) + offset
-        os.ftruncate(fd, total)
-        with mmap.mmap(fd, total, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) as region:
-            region[:len(prefix)] = prefix
-            device = next((flat.device for flat in flats if flat.is_cuda and flat.numel()), None)
-            with page_locked(region, total, device, read_only=False):
-                for flat, spec in zip(flats, specs):
-                    if spec["nbytes"]:
-                        target = torch.frombuffer(region, dtype=torch.uint8, count=spec["nbytes"],
-                                                  offset=len(prefix) + spec["offset"])
-                        target.copy_(flat.view(torch.uint8))
-                        del target
+        os.ftruncate(fd, len(prefix) + offset)
+        _pwrite_all(fd, prefix, 0)
+        bounce = None
+        for flat, spec in zip(flats, specs):
+            if not spec["nbytes"]:
+                continue
+            raw, where = flat.view(torch.uint8), len(prefix) + spec["offset"]
+            if raw.device.type == "cpu":
+                _pwrite_all(fd, _host_bytes(raw), where)
+                continue
+            if bounce is None:
+                bounce = torch.empty(min(BOUNCE_BYTES, max(s["nbytes"] for s in specs)), dtype=torch.uint8, pin_memory=True)
+            for start in range(0, spec["nbytes"], bounce.numel()):
+                piece = raw[start:start + bounce.numel()]
+                staged = bounce[:piece.numel()]
+                staged.copy_(piece)  # synchronous: the bytes are there when it returns
+                _pwrite_all(fd, _host_bytes(staged), where + start)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _host_bytes(tensor) -> memoryview:
+    """The bytes of a contiguous uint8 CPU tensor, without a copy (the tensor must outlive them)."""
+    return memoryview((ctypes.c_char * tensor.numel()).from_address(tensor.data_ptr())).cast("B")
+
+
+def _pwrite_all(fd: int, data, offset: int) -> None:
+    view, done = memoryview(data).cast("B"), 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
 
 
 class Blob:
@@ -294,7 +315,7 @@ class Blob:
 
     def tensors(self, device=None) -> list:
         locked = not self.shared and device is not None and self.size > self.data_start
-        with page_locked(self.map, self.size, device if locked else None, read_only=True):
+        with _page_locked(self.map, self.size, device if locked else None):
             return [self.tensor(i, device) for i in range(len(self.specs))]
 
     def close(self) -> None:
@@ -309,8 +330,8 @@ class Blob:
 
 
 @contextlib.contextmanager
-def page_locked(region: mmap.mmap, size: int, device, read_only: bool) -> Iterator[None]:
-    """``region`` (a mapping of ``size`` bytes) page-locked while tensors are copied between it and
+def _page_locked(region: mmap.mmap, size: int, device) -> Iterator[None]:
+    """``region`` (a read-only mapping of ``size`` bytes) page-locked while its tensors are copied to
     the CUDA ``device`` (nothing is done for another device, or None). On the H200 a 128 MiB blob
     staged to the device in 15-16 ms against 24-32 ms from pageable memory, with less spread
     (benchmarks/staging.py); the clock check compares the two groups' staging times. Where the
@@ -321,10 +342,10 @@ def page_locked(region: mmap.mmap, size: int, device, read_only: bool) -> Iterat
         yield
         return
     cudart = torch.cuda.cudart()
-    with warnings.catch_warnings():  # a read-only mapping is only copied from
+    with warnings.catch_warnings():  # read-only memory: only copied from
         warnings.simplefilter("ignore", UserWarning)
         pointer = torch.frombuffer(region, dtype=torch.uint8, count=1).data_ptr()
-    locked = int(cudart.cudaHostRegister(pointer, size, CUDA_HOST_REGISTER_READ_ONLY if read_only else 0)) == 0
+    locked = int(cudart.cudaHostRegister(pointer, size, CUDA_HOST_REGISTER_READ_ONLY)) == 0
     if not locked:
         _clear_cuda_error()
     try:
