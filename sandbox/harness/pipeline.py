@@ -198,7 +198,9 @@ class Evaluation:
         self.compile_server = CompileServer(self.cache_root / "compile", self.secret, packages_dir(self.candidate_dir) / "build")
         self.candidate.compile_server = self.compile_server
         self.report.isolation = list(self.candidate.process.measures)
-        importing = threading.Thread(target=_import_torch, daemon=True)  # the judge's own torch, while the ranks start
+        # the judge's own torch (and the device digest's kernel, where the parent re-hashes on its GPU) while the ranks start
+        tree = commitment.scheme(config.world, config.device) == "tree"
+        importing = threading.Thread(target=_import_torch, args=(tree,), daemon=True)
         importing.start()
         if self.reference.overheads is None:
             ready = self._expect(self.reference.collect(m.Ready, config.timeouts.startup_s, "reference start-up"), "reference")
@@ -792,8 +794,16 @@ def reveal_limit(call: Call, rank: int) -> int:
     return min(MAX_REVEAL_BYTES, 2 * (os.fstat(call.inputs[rank]).st_size + outputs) + 2**20)
 
 
-def _import_torch() -> None:
-    import torch  # noqa: F401
+def _import_torch(device_digest: bool = False) -> None:
+    """torch imported; with ``device_digest``, the tree digest's kernel compiled too (NVRTC: about
+    1 s on the H200 host, which the first check of a call paid otherwise)."""
+    import torch
+
+    if device_digest and torch.cuda.is_available():
+        try:
+            commitment.warm_device_digest()
+        except Exception as error:  # noqa: BLE001 - the judge compiles it again when it needs it, and fails there
+            log.warning("device_digest_not_warmed", error=f"{type(error).__name__}: {error}"[:300])
 
 
 REFERENCE_LIMITS = (  # (text in the failure, what this machine or device mode lacks)
