@@ -96,16 +96,21 @@ class RankDevice:
                 self._flush.zero_()
 
     def _flushes_for(self, busy_ms: float) -> int:
-        """How many flushes keep the GPU busy for ``busy_ms``, timed once it is warm."""
+        """How many flushes keep the GPU busy for ``busy_ms``, timed once it is warm: the least of
+        three timings (a group started ahead is stopped while another evaluation times, and a
+        timing it spans would read the flush as slower than it is)."""
         for _ in range(8):
             self._flush.zero_()
-        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
-        start.record()
-        for _ in range(8):
-            self._flush.zero_()
-        end.record()
-        end.synchronize()
-        return max(1, min(64, math.ceil(busy_ms / max(start.elapsed_time(end) / 8, 1e-3))))
+        per_flush_ms = []
+        for _ in range(3):
+            start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+            start.record()
+            for _ in range(8):
+                self._flush.zero_()
+            end.record()
+            end.synchronize()
+            per_flush_ms.append(start.elapsed_time(end) / 8)
+        return max(1, min(64, math.ceil(busy_ms / max(min(per_flush_ms), 1e-3))))
 
     def timed(self, call) -> tuple[Any, float]:
         """``call()``'s result and its time in ms: device-wide sync before and after (work on side
