@@ -203,10 +203,11 @@ def read_sealed(fd: int, max_bytes: int) -> bytes:
 def write_blob(tree: Any, tensors: list, name: str = "blob") -> int:
     """A sealed memfd holding ``tree`` (plain JSON with {"T": i} tensor references) and the bytes
     of ``tensors`` (torch tensors, any device), written into it with pwrite: from a CPU tensor's
-    own memory, from a CUDA tensor through a page-locked bounce buffer. On the H200 host a
-    MAP_POPULATE'd mapping of a fresh memfd cost about 1 GB/s in page faults (the reference's blobs
-    took 7-8 s of a 64 MB evaluation, py-spy over benchmarks/eval_latency.py); pwrite allocates
-    the same pages without faulting them into a mapping."""
+    own memory, from a CUDA tensor through a page-locked bounce buffer. On the H200 host (a VM) a
+    fresh memfd's pages cost 1.4 GiB/s faulted into a MAP_POPULATE'd mapping, 1.9 GiB/s written
+    with pwrite (benchmarks/blob_memory.py); with the mapping page-locked for the copy from the
+    device on top, the reference's blobs took 7-8 s of an evaluation at 64 MB (py-spy over
+    benchmarks/eval_latency.py), 3.4-3.9 s written this way."""
     import torch
 
     specs, flats, offset = [], [], 0
