@@ -26,7 +26,8 @@ def _kernel_settings() -> str:
     found = []
     for path in ("/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/mm/transparent_hugepage/shmem_enabled"):
         try:
-            found.append(f"{path.rsplit('/', 1)[-1]}: {open(path).read().strip()}")
+            with open(path) as setting:
+                found.append(f"{path.rsplit('/', 1)[-1]}: {setting.read().strip()}")
         except OSError:
             pass
     return f"kernel {os.uname().release}, {os.cpu_count()} CPUs; " + "; ".join(found)

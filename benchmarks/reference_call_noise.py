@@ -4,13 +4,17 @@ host path, the allocator) or the process's? Five jobs of one candidate read the 
 0.28-0.35 ms a call (min 0.16-0.21, interquartile range 0.11 ms) against a 64 MiB copy's 0.08 ms
 (benchmarks/timing_stability.py, 2026-12-03).
 
-    python benchmarks/reference_call_noise.py [--processes 3] [--calls 60] [--mib 64]
+    python benchmarks/reference_call_noise.py [--processes 3] [--calls 60] [--mib 64] [--pinned]
+
+With --pinned, each process runs as often again pinned to one CPU of its own (sched_setaffinity):
+is the spread where the host schedules the process?
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -53,20 +57,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--mib", type=int, default=64)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pinned", action="store_true", help="also run each process pinned to one CPU")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)  # the CPU to pin to, or -1
     args = parser.parse_args(argv)
-    if args.child:
+    if args.child is not None:
+        if args.child >= 0:
+            os.sched_setaffinity(0, {args.child})
         with tempfile.TemporaryDirectory() as folder:
             print(json.dumps(measure(args.mib, args.calls, folder)))
         return 0
+    cpus = sorted(os.sched_getaffinity(0))
+    runs = [-1] * args.processes + ([cpus[(2 * i + 1) % len(cpus)] for i in range(args.processes)] if args.pinned else [])
     rows = []
-    for process in range(args.processes):
-        done = subprocess.run([sys.executable, __file__, "--child", "--calls", str(args.calls), "--mib", str(args.mib)],
+    for process, cpu in enumerate(runs, start=1):
+        done = subprocess.run([sys.executable, __file__, "--child", str(cpu), "--calls", str(args.calls), "--mib", str(args.mib)],
                               capture_output=True, text=True, check=True)
         for name, values in json.loads(done.stdout.strip().splitlines()[-1]).items():
-            rows.append([process + 1, name, *spread(values)])
-    print_table(f"a rank's timed call at world 1, {args.mib} MiB bf16, flushed, {args.calls} calls, in {args.processes} fresh "
-                "processes", ["process", "body", *SPREAD_HEADER], rows)
+            rows.append([process, "all" if cpu < 0 else cpu, name, *spread(values)])
+    print_table(f"a rank's timed call at world 1, {args.mib} MiB bf16, flushed, {args.calls} calls, in {len(runs)} fresh "
+                "processes", ["process", "cpus", "body", *SPREAD_HEADER], rows)
     return 0
 
 
