@@ -1,23 +1,34 @@
 """Builds one torch extension from a JSON spec (run by ``build_extension`` in a confined
-subprocess, so a build never shares a process with the harness or the candidate)."""
+subprocess, so a build never shares a process with the harness or the candidate).
+
+``load_inline`` semantics. A spec with CUDA sources and nothing for ``main.cpp`` (no C++
+sources, no functions to bind: ParallelKernelBench's style, where the .cu holds its own
+``PYBIND11_MODULE``) is built from ``cuda.cu`` alone, written as ``load_inline`` writes it:
+``load_inline`` would also compile a ``main.cpp`` holding only ``#include <torch/extension.h>``,
+about 20 s of a core on the H200 host beside nvcc's 50 s, for nothing."""
 
 import json
 import os
 import sys
 from pathlib import Path
 
+# what load_inline puts ahead of CUDA sources
+CUDA_PREAMBLE = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
+
+
+def cuda_only(spec: dict) -> bool:
+    """Whether ``spec`` needs no ``main.cpp``: CUDA sources, no C++ sources, no functions to bind."""
+    return bool(spec["cuda_sources"]) and not spec["cpp_sources"].strip() and not spec["functions"]
+
 
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     build_dir = Path(spec_path).parent
     os.environ["TORCH_CUDA_ARCH_LIST"] = spec.pop("arch_list")
-    from torch.utils.cpp_extension import load_inline
+    from torch.utils.cpp_extension import load, load_inline
 
-    load_inline(
+    common = dict(
         name=spec["name"],
-        cpp_sources=spec["cpp_sources"],
-        cuda_sources=spec["cuda_sources"] or None,
-        functions=spec["functions"],
         extra_cflags=["-O3", *spec["extra_cflags"]],
         extra_cuda_cflags=["-O3", *spec["extra_cuda_cflags"]],
         extra_ldflags=spec["extra_ldflags"],
@@ -25,6 +36,13 @@ def main(spec_path: str) -> None:
         build_directory=str(build_dir),
         verbose=True,
     )
+    if cuda_only(spec):
+        source = build_dir / "cuda.cu"
+        source.write_text("\n".join([*CUDA_PREAMBLE, spec["cuda_sources"]]))
+        load(sources=[str(source)], **common)
+    else:
+        load_inline(cpp_sources=spec["cpp_sources"], cuda_sources=spec["cuda_sources"] or None,
+                    functions=spec["functions"], **common)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,42 @@ def test_cuda_mode_times_reference_and_candidate(local_sandbox):
     assert report.profile is not None and any("one_shot_all_reduce" in k.name for k in report.profile.kernels)
 
 
+def test_cuda_source_with_its_own_module_builds_without_main_cpp(local_sandbox):
+    """ParallelKernelBench's style (the .cu binds its own module, nothing for main.cpp) is built
+    from cuda.cu alone: the extension loads in every rank and computes."""
+    extension = '''
+import torch
+import torch.distributed as dist
+from sandbox import runtime
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void twice(const float* x, float* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.f * x[i];
+}
+torch::Tensor run(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    twice<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
+"""
+_ext = runtime.load_extension("twice_ext", cuda_sources=CUDA)
+
+
+@torch.no_grad()
+def solution(tensor):
+    out = _ext.run(tensor.float()) * 0.5
+    dist.all_reduce(out)
+    return out.to(tensor.dtype)
+'''
+    report = evaluate_in(local_sandbox, extension, config(2, "emulate", allow_nccl=True))
+    print(f"\ncuda-only extension: {report.status}: {report.message} stages {report.stage_wall_s}")
+    assert report.status == "correct", report.model_dump_json(indent=1)
+
+
 def test_compile_error_is_build_failed_with_the_compiler_log(local_sandbox):
     broken = SYMM.replace("float sum = 0.f;", "float sum = 0.f; undeclared_thing += 1;")
     report = evaluate_in(local_sandbox, broken, config(2, "emulate"))

@@ -104,3 +104,16 @@ def solution(tensor):
     report = evaluate_in(local_sandbox, extension, config(2))
     assert report.status == "correct", report.model_dump_json(indent=1)[-3000:]
     assert report.compiles.distinct == 1
+
+
+def test_a_cuda_source_binding_its_own_module_needs_no_main_cpp():
+    """ParallelKernelBench's style (nothing for main.cpp) is built from the .cu alone; a spec with
+    C++ sources or functions to bind keeps load_inline's main.cpp."""
+    from kloop_runtime.extension_builder import cuda_only
+
+    spec = {"cuda_sources": "__global__ void k() {}", "cpp_sources": "", "functions": None}
+    assert cuda_only(spec)
+    assert cuda_only({**spec, "cpp_sources": "  \n"})
+    assert not cuda_only({**spec, "cpp_sources": "torch::Tensor run(torch::Tensor x);"})
+    assert not cuda_only({**spec, "functions": ["run"]})
+    assert not cuda_only({**spec, "cuda_sources": "", "cpp_sources": "int f() { return 1; }"})
