@@ -168,16 +168,30 @@ def _generator_module(path: Path) -> ModuleType:
 
 class PkbInputs:
     """``make_inputs`` of one PKB problem: the checkout's ``create_input_tensor`` with a trial
-    index derived from the harness's trial seed."""
+    index derived from the harness's trial seed. The generator (it imports torch: seconds) is
+    imported at the first call, in the process that makes inputs, never where a problem is only
+    listed or handed on (the CLI, the batch controller)."""
 
-    def __init__(self, generator: ModuleType, problem_id: int):
-        self.create = generator.create_input_tensor
+    def __init__(self, generator_path: Path, problem_id: int):
+        self.generator_path = generator_path
         self.problem_id = problem_id
 
     def __call__(self, rank, world, generator, device, dtype, *, base_shape) -> tuple:
+        create = _generator_module(self.generator_path).create_input_tensor
         trial = generator.initial_seed() % TRIALS
-        inputs = self.create(rank, world, self.problem_id, tuple(base_shape), dtype, trial=trial, device=device)
+        inputs = create(rank, world, self.problem_id, tuple(base_shape), dtype, trial=trial, device=device)
         return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+def _check_generator(path: Path) -> None:
+    """PkbError unless ``path`` parses and defines ``create_input_tensor`` at its top level: read,
+    not imported (importing it imports torch)."""
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except (OSError, SyntaxError, ValueError) as error:
+        raise PkbError(f"cannot read {path}: {type(error).__name__}: {error}") from None
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "create_input_tensor" for node in tree.body):
+        raise PkbError(f"{path} defines no create_input_tensor(rank, world_size, problem_id, base_shape, dtype, trial, device)")
 
 
 def unknown_cost(world, dtype_bytes, **shape) -> Cost:
@@ -209,9 +223,9 @@ def _load(root: Path, stem: str) -> Problem:
     if not _STEM.match(stem) or not reference.is_file():
         raise PkbError(f"no ParallelKernelBench reference {reference}")
     generator_path = root / GENERATOR
-    generator = _generator_module(generator_path)
+    _check_generator(generator_path)
     return Problem(
-        spec=_spec(stem, read_defaults(root)), folder=root, make_inputs=PkbInputs(generator, int(_STEM.match(stem).group(1))),
+        spec=_spec(stem, read_defaults(root)), folder=root, make_inputs=PkbInputs(generator_path, int(_STEM.match(stem).group(1))),
         cost=unknown_cost, ref=f"{PREFIX}{root}::{stem}", reference_file=reference, source_files=(reference, generator_path),
         reference_sys_path=(root,), compat="pkb",
     )

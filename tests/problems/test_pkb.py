@@ -54,6 +54,18 @@ def test_the_version_hash_covers_reference_and_generator(tmp_path):
     assert find_problem("pkb:1", root).source_hash() != before
 
 
+def test_a_broken_generator_is_refused_at_load_without_importing_it(tmp_path):
+    root = make_checkout(tmp_path)
+    generator = root / "utils" / "input_output_tensors.py"
+    text = generator.read_text()
+    generator.write_text(text.replace("def create_input_tensor(", "def make_tensor("))
+    with pytest.raises(PkbError, match="defines no create_input_tensor"):
+        find_problem("pkb:1", root)
+    generator.write_text(text + "\ndef broken(:\n")
+    with pytest.raises(PkbError, match=r"cannot read .*input_output_tensors.py: SyntaxError"):
+        find_problem("pkb:1", root)
+
+
 def test_launcher_defaults_are_read_without_running_it(tmp_path):
     root = make_checkout(tmp_path)
     launcher = root / "run_local.py"
@@ -163,6 +175,22 @@ def test_the_prompt_tells_of_the_pkb_helper(pkb_root):
     assert "# Task: pkb_1_allreduce (collective, allreduce)" in result.stdout
     assert "from utils.cuda_helpers import compile_cuda_extension" in result.stdout
     assert "fastest possible time" not in result.stdout  # no cost model, no roofline
+
+
+@pytest.mark.parametrize("command", ["problems", "eval"])
+def test_the_cli_process_never_imports_torch_for_a_pkb_problem(pkb_root, command):
+    """The checkout's generator imports torch (seconds on a GPU host): listing a PKB problem or
+    evaluating one leaves that to the harness's own process."""
+    args = (["problems", "--json"] if command == "problems" else
+            ["eval", "pkb:1", str(CANDIDATES / "pkb_allreduce_fp32.py"), "--world", "2", "--allow-nccl", "--trials", "2",
+             "--no-timed", "--json"])
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "agent", *args, "--pkb-root", str(pkb_root)], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "agent.cli" in imported and not {name for name in imported if name.split(".")[0] == "torch"}
+    if command == "eval":
+        assert json.loads(result.stdout)["status"] == "correct"
 
 
 def test_problems_lists_the_checkout(pkb_root):
