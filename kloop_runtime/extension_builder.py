@@ -27,15 +27,15 @@ def main(spec_path: str) -> None:
     os.environ["TORCH_CUDA_ARCH_LIST"] = spec.pop("arch_list")
     from torch.utils.cpp_extension import load, load_inline
 
-    common = dict(
-        name=spec["name"],
-        extra_cflags=["-O3", *spec["extra_cflags"]],
-        extra_cuda_cflags=["-O3", *spec["extra_cuda_cflags"]],
-        extra_ldflags=spec["extra_ldflags"],
-        extra_include_paths=spec["extra_include_paths"],
-        build_directory=str(build_dir),
-        verbose=True,
-    )
+    common = {
+        "name": spec["name"],
+        "extra_cflags": ["-O3", *spec["extra_cflags"]],
+        "extra_cuda_cflags": ["-O3", *spec["extra_cuda_cflags"]],
+        "extra_ldflags": spec["extra_ldflags"],
+        "extra_include_paths": spec["extra_include_paths"],
+        "build_directory": str(build_dir),
+        "verbose": True,
+    }
     if cuda_only(spec):
         source = build_dir / "cuda.cu"
         source.write_text("\n".join([*CUDA_PREAMBLE, spec["cuda_sources"]]))

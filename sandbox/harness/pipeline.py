@@ -309,7 +309,7 @@ class Evaluation:
         with no candidate code anywhere yet: work a candidate leaves running on the device or the
         host between its own rounds slows the interleaved reference rounds, never this one."""
         size, target = self._round_size
-        series = self.reference_alone = timing.Series(self.reference.overheads)
+        series = self.reference_alone = timing.Series(self._empty_interval_ms)
         counts = [min(max(self.config.warmup, 1), size)] + [size] * max(MIN_ROUNDS, -(-target // size))
         for index, count in enumerate(counts):  # as many calls as the interleaved timing plans: one round read as
             label = 1900 + 100 * index  # slowed an honest candidate's reference (a 1.39x spread over 5 jobs on the H200)
@@ -540,7 +540,10 @@ class Evaluation:
         if ref_ms < resolution:
             self.report.notes.append(f"the reference's call ({ref_ms:.4f} ms beyond the empty timed interval) is below what "
                                      f"the timer resolves ({resolution} ms): no speedup is reported; time a larger size (--size)")
-        elif cand.median_ms > 0:
+        elif cand.median_ms <= 0:
+            self.report.notes.append("no speedup is reported: the candidate's calls took no time the timer resolves beyond the "
+                                     "empty timed interval, and the parent's clock gives no estimate either")
+        else:
             self.report.speedup = round(ref_ms / cand.median_ms, 4)
             interval = timing.speedup_interval(reference, candidate, reported=ref_ms / cand.median_ms)
             if interval is None:
@@ -575,8 +578,8 @@ class Evaluation:
             beside.steps(), self.reference_alone.steps(), SLOWED_REFERENCE.get(self.config.device, 2.0))
 
     def _timed_series(self, size: int, target: int) -> tuple[timing.Series, timing.Series]:
-        reference = timing.Series(self.reference.overheads)
-        candidate = timing.Series(self.candidate.overheads)
+        reference = timing.Series(self._empty_interval_ms)
+        candidate = timing.Series(self._empty_interval_ms)
         deadline = time.monotonic() + self.config.timing_budget_s
         pair = 0
         while True:
@@ -591,6 +594,10 @@ class Evaluation:
                 return reference, candidate
             if late and calls_done >= 10:
                 return reference, candidate
+
+    @functools.cached_property
+    def _empty_interval_ms(self) -> list[float]:
+        return timing.empty_interval(self.reference.overheads, self.candidate.overheads)
 
     @functools.cached_property
     def _round_size(self) -> tuple[int, int]:

@@ -185,7 +185,7 @@ def test_the_cli_process_never_imports_torch_for_a_pkb_problem(pkb_root, command
             ["eval", "pkb:1", str(CANDIDATES / "pkb_allreduce_fp32.py"), "--world", "2", "--allow-nccl", "--trials", "2",
              "--no-timed", "--json"])
     result = subprocess.run([sys.executable, "-X", "importtime", "-m", "agent", *args, "--pkb-root", str(pkb_root)], cwd=REPO,
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "agent.cli" in imported and not {name for name in imported if name.split(".")[0] == "torch"}

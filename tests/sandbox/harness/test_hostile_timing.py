@@ -295,3 +295,21 @@ def test_claims_of_zero_give_no_interval_rather_than_nan():
     candidate = _series([0.0] * 16, [2.4] * 16)
     assert timing.speedup_interval(reference, candidate) is None
     assert timing.precise(reference, candidate, 0.03)
+
+
+def test_an_inflated_start_up_interval_takes_nothing_from_the_calls():
+    """On the H200 a candidate group measured its empty timed interval at 0.27 ms at start-up, the
+    reference's group 0.013 ms: subtracted, an honest 0.066 ms copy read 0.0 ms and got no speedup.
+    Both groups subtract the lesser measure: the call keeps its time, and the reference's is the
+    same as with its own measure."""
+    assert timing.empty_interval([0.013, 0.02], [0.27, 0.015]) == [0.013, 0.015]
+    claims = [0.066 + 0.013] * 24
+    own = timing.Series([0.27])
+    shared = timing.Series(timing.empty_interval([0.013], [0.27]))
+    for series in (own, shared):
+        for r in range(4):
+            series.rounds.append(timing.Round(claimed_ms=[[c] for c in claims[r * 6:(r + 1) * 6]], wall_ms=[4.0] * 6))
+    assert timing.statistics.median(own.steps()) == 0.0  # what the candidate's own measure did
+    assert timing.statistics.median(shared.steps()) == pytest.approx(0.066)
+    with pytest.raises(ValueError):
+        timing.empty_interval([0.01, 0.01], [0.01])  # groups of different sizes are a harness bug, not a minimum
