@@ -101,8 +101,8 @@ def empty_interval(reference_ms: list[float], candidate_ms: list[float]) -> list
     each group measures it once, at start-up, before any candidate code: a measure inflated by a
     busy host would take from every call time the call did take (on the H200 an honest
     candidate's 0.066 ms copy, less a 0.27 ms start-up measure against the reference's 0.013 ms,
-    read 0.0 ms and got no speedup). Subtracting the lesser can only make both groups' calls
-    longer by the same amount, never a candidate's shorter."""
+    read 0.0 ms and got no speedup). Both groups subtract the same amount, no more than either
+    measured: no call reads shorter than its own group's measure would have made it."""
     return [min(reference, candidate) for reference, candidate in zip(reference_ms, candidate_ms, strict=True)]
 
 
