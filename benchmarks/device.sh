@@ -7,6 +7,7 @@
 #   wire_gpu                  tests/sandbox/rank/test_wire_gpu.py: blobs staged page-locked, and from pageable memory
 #   commitment                tests/sandbox/rank/test_commitment_gpu.py, then benchmarks/commitment_cost.py (leaf sizes 4, 8, 16 KiB)
 #   blob_memory               benchmarks/blob_memory.py: a blob's host memory (fresh memfd pages, by how they are written)
+#   extension_build           benchmarks/extension_build.py --phases: a torch extension's cold build, load_inline's layout vs kloop's (about 6 min)
 #   reference_call            benchmarks/reference_call_noise.py: the all_reduce reference's call, timed as a rank does, in 4 processes, then 4 pinned to a CPU
 #   staging                   benchmarks/staging.py: a call's inputs staged to the GPU, by how the blob is mapped
 #   timing_noise              benchmarks/timing_noise.py: idle gaps, retained outputs, CPU placement (suspects of timing noise)
@@ -66,6 +67,7 @@ for name in "$@"; do
     staging) part "$name" 60 python3 benchmarks/staging.py --repeats 12; sed -n '/^staging/,$p' "$OUT/$name.log" ;;
     timing_noise) part "$name" 120 python3 benchmarks/timing_noise.py; grep -vE "^\s*$" "$OUT/$name.log" | tail -20 ;;
     blob_memory) part "$name" 60 python3 benchmarks/blob_memory.py; sed -n '/^a blob/,$p' "$OUT/$name.log" ;;
+    extension_build) part "$name" 560 python3 benchmarks/extension_build.py --phases; sed -n '/^cold builds/,$p' "$OUT/$name.log" ;;
     reference_call) part "$name" 120 python3 benchmarks/reference_call_noise.py --processes 4 --pinned; sed -n '/^a rank/,$p' "$OUT/$name.log" ;;
     hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
     hostile_cuda) part "$name" 330 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: " "$OUT/$name.log" | cut -c1-200 ;;

@@ -1,0 +1,36 @@
+"""benchmarks/extension_build.py: the candidate's extension captured, not built by it; the two
+layouts it times are the two the builder tells apart; on CPU a cold C++ build, with ninja's edges."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+
+
+def test_the_layouts_are_load_inlines_and_the_builders():
+    sys.path.insert(0, str(BENCH))
+    from extension_build import captured_extension, specs
+
+    from kloop_runtime.extension_builder import cuda_only
+
+    before = sys.modules.get("utils")
+    extension = captured_extension(BENCH / "candidates" / "pkb_allreduce_copy_cuda.py")
+    assert extension["name"] == "pkb_allreduce_copy" and "PYBIND11_MODULE" in extension["source"]
+    assert extension["cuda_cflags"] == ["-O3"]
+    assert sys.modules.get("utils") is before  # the stand-in it captured through is gone
+    layouts = specs(extension, cuda=True)
+    assert {name: cuda_only(spec) for name, spec in layouts.items()} == {
+        "load_inline (main.cpp + cuda.cu)": False, "kloop (cuda.cu alone)": True}
+    assert {spec["cuda_sources"] for spec in layouts.values()} == {extension["source"]}
+
+
+def test_a_cold_cpu_build_prints_its_edges():
+    result = subprocess.run([sys.executable, str(BENCH / "extension_build.py"), "--repeats", "1", "--no-warm-up"], cwd=REPO,
+                            capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("C++ (main.cpp) |     1"))
+    assert "main.o 0.0-" in row and "bench_cpp.so" in row
+    assert "per layout" in result.stdout
