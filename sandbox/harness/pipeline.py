@@ -199,8 +199,7 @@ class Evaluation:
         self.candidate.compile_server = self.compile_server
         self.report.isolation = list(self.candidate.process.measures)
         # the judge's own torch (and the device digest's kernel, where the parent re-hashes on its GPU) while the ranks start
-        tree = commitment.scheme(config.world, config.device) == "tree"
-        importing = threading.Thread(target=_import_torch, args=(tree,), daemon=True)
+        importing = threading.Thread(target=_import_torch, args=(self._scheme == "tree",), daemon=True)
         importing.start()
         if self.reference.overheads is None:
             ready = self._expect(self.reference.collect(m.Ready, config.timeouts.startup_s, "reference start-up"), "reference")
@@ -417,7 +416,7 @@ class Evaluation:
                                                      self.config.timeouts.correctness_s, stage))
         shown: list[list[Revealed]] = [[] for _ in indices]
         # where the tree is the scheme, read straight to the device it is hashed and compared on (one copy, no host SHA-256)
-        device = self._compare_device() if commitment.scheme(self.config.world, self.config.device) == "tree" else None
+        device = self._compare_device() if self._scheme == "tree" else None
         with self._parent_work("reading revealed outputs"), contextlib.ExitStack() as cleanup:
             cleanup.callback(close_answers, answers)
             for answer in answers:
@@ -473,7 +472,7 @@ class Evaluation:
     def _judge(self, calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], **hints: Any) -> list[RankVerdict]:
         with self._parent_work("judging"):
             return judge(calls, revealed, committed, self.problem.spec, self._compare_device(),
-                         commitment.scheme(self.config.world, self.config.device), **hints)
+                         self._scheme, **hints)
 
     # ------------------------------------------------------------------ stages
     def _correctness(self) -> None:
@@ -594,6 +593,11 @@ class Evaluation:
                 return reference, candidate
             if late and calls_done >= 10:
                 return reference, candidate
+
+    @functools.cached_property
+    def _scheme(self) -> str:
+        """How the candidate's ranks commit to a call's outputs (sandbox/rank/commitment.py)."""
+        return commitment.scheme(self.config.world, self.config.device)
 
     @functools.cached_property
     def _empty_interval_ms(self) -> list[float]:

@@ -315,9 +315,33 @@ class Blob:
         return out
 
     def tensors(self, device=None) -> list:
-        locked = not self.shared and device is not None and self.size > self.data_start
-        with _page_locked(self.map, self.size, device if locked else None):
+        with self._page_locked(device):
             return [self.tensor(i, device) for i in range(len(self.specs))]
+
+    @contextlib.contextmanager
+    def _page_locked(self, device) -> Iterator[None]:
+        """The mapping page-locked while its tensors are copied to a CUDA ``device``: on the H200
+        a 128 MiB blob staged in 15-16 ms against 24-32 ms from pageable memory, with less spread
+        (benchmarks/staging.py), and the clock check compares the two groups' staging times.
+        Where the driver refuses, the copy goes on from pageable memory."""
+        import torch
+
+        if self.shared or device is None or torch.device(device).type != "cuda" or self.size <= self.data_start:
+            yield
+            return
+        cudart = torch.cuda.cudart()
+        with warnings.catch_warnings():  # read-only memory: only copied from
+            warnings.simplefilter("ignore", UserWarning)
+            pointer = torch.frombuffer(self.map, dtype=torch.uint8, count=1).data_ptr()
+        locked = int(cudart.cudaHostRegister(pointer, self.size, CUDA_HOST_REGISTER_READ_ONLY)) == 0
+        if not locked:
+            _clear_cuda_error()
+        try:
+            yield
+        finally:
+            if locked:
+                torch.cuda.synchronize(device)
+                cudart.cudaHostUnregister(pointer)
 
     def close(self) -> None:
         if not self.shared:  # a shared blob's map lives as long as the tensors that view it
@@ -328,33 +352,6 @@ class Blob:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-@contextlib.contextmanager
-def _page_locked(region: mmap.mmap, size: int, device) -> Iterator[None]:
-    """``region`` (a read-only mapping of ``size`` bytes) page-locked while its tensors are copied to
-    the CUDA ``device`` (nothing is done for another device, or None). On the H200 a 128 MiB blob
-    staged to the device in 15-16 ms against 24-32 ms from pageable memory, with less spread
-    (benchmarks/staging.py); the clock check compares the two groups' staging times. Where the
-    driver refuses, the copies go on through pageable memory."""
-    import torch
-
-    if device is None or torch.device(device).type != "cuda" or size == 0:
-        yield
-        return
-    cudart = torch.cuda.cudart()
-    with warnings.catch_warnings():  # read-only memory: only copied from
-        warnings.simplefilter("ignore", UserWarning)
-        pointer = torch.frombuffer(region, dtype=torch.uint8, count=1).data_ptr()
-    locked = int(cudart.cudaHostRegister(pointer, size, CUDA_HOST_REGISTER_READ_ONLY)) == 0
-    if not locked:
-        _clear_cuda_error()
-    try:
-        yield
-    finally:
-        if locked:
-            torch.cuda.synchronize(device)
-            cudart.cudaHostUnregister(pointer)
 
 
 def _clear_cuda_error() -> None:
