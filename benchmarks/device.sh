@@ -33,6 +33,7 @@
 #   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1
+#   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
 #   stability_baseline        the same in .baseline (an older tree, carried)
 set -uo pipefail
@@ -101,6 +102,8 @@ for name in "$@"; do
       sed -n '/^summary/,$p' "$OUT/$name.log" ;;
     throughput) part "$name" 480 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
       sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
+    warm_eval) part "$name" 300 python3 benchmarks/warm_eval.py --device cuda --world 1 --runs 8 --json "$OUT/warm_eval.json"
+      sed -n '/^warm eval through/,$p' "$OUT/$name.log" ;;
     stability|stability_baseline)
       stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5"
       if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"

@@ -62,6 +62,7 @@ CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candi
 # alone: on a GPU, the job's own, an honest reference keeps its speed; on the host CPU a busy machine moves it more
 SLOWED_REFERENCE = {"cuda": 1.25, "cpu": 2.0}
 CALIBRATION_CALLS = 12  # harness-only calls timed in each group before candidate code runs (on a GPU)
+REFERENCE_ALONE_KEPT_S = 120.0  # a kept reference group's rounds timed alone stand in for this long (then timed again)
 MAX_TIMED_FACTOR = 4  # timing goes on past the planned calls until the speedup is as precise as asked, to this many times them
 PAUSE_FAILED = "the candidate's processes could not be stopped"
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
@@ -306,17 +307,30 @@ class Evaluation:
     def _time_reference_alone(self) -> None:
         """A warm-up round and as many timed calls as the interleaved timing plans, of the reference
         with no candidate code anywhere yet: work a candidate leaves running on the device or the
-        host between its own rounds slows the interleaved reference rounds, never this one."""
+        host between its own rounds slows the interleaved reference rounds, never this one. A
+        reference group kept warm (sandbox/harness/warm.py) reuses the rounds it timed alone for
+        REFERENCE_ALONE_KEPT_S: they too ran before any candidate code of theirs, and no group of an
+        earlier evaluation outlives it into a later one."""
         size, target = self._round_size
-        series = self.reference_alone = timing.Series(self._empty_interval_ms)
-        counts = [min(max(self.config.warmup, 1), size)] + [size] * max(MIN_ROUNDS, -(-target // size))
+        warmup = min(max(self.config.warmup, 1), size)
+        kept = self.reference.timed_alone
+        now = time.monotonic()
+        if kept is None or kept.plan != (size, target, warmup) or now - kept.at_s > REFERENCE_ALONE_KEPT_S:
+            kept = self.reference.timed_alone = timing.KeptRounds(self._reference_alone_rounds(size, target, warmup), (size, target, warmup), now)
+        self.reference_alone = timing.Series(self._empty_interval_ms, list(kept.rounds))
+        self.report.reference_alone_ms = round(statistics.median(self.reference_alone.steps()), 6)
+        self.report.reference_alone_age_s = round(now - kept.at_s, 3)
+
+    def _reference_alone_rounds(self, size: int, target: int, warmup: int) -> list[timing.Round]:
+        rounds = []
+        counts = [warmup] + [size] * max(MIN_ROUNDS, -(-target // size))
         for index, count in enumerate(counts):  # as many calls as the interleaved timing plans: one round read as
             label = 1900 + 100 * index  # slowed an honest candidate's reference (a 1.39x spread over 5 jobs on the H200)
             with self._made(self.plan.fresh_keys(count), set(), list(range(label, label + count))) as calls:
                 record = self._timed_round(self.reference, calls, [])
             if index:
-                series.rounds.append(record)
-        self.report.reference_alone_ms = round(statistics.median(series.steps()), 6)
+                rounds.append(record)
+        return rounds
 
     def _candidate_path(self) -> list[str]:
         paths = [str(self.candidate_dir)]

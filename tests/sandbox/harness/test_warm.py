@@ -226,3 +226,35 @@ def test_no_process_of_a_warm_harness_outlives_it(box, how):
     finally:
         warm.close()
     assert _still_running(below, wait_s=15.0) == []
+
+
+# ---------------------------------------------------------------------------- what a kept reference group keeps
+def test_a_kept_reference_group_reuses_its_timing_alone_while_it_is_fresh(tmp_path, monkeypatch):
+    """The reference's rounds timed alone (before any candidate code) are kept with its warm group:
+    the next evaluation of the same problem reuses them (the report says how old they are) instead
+    of timing them again, until they are older than REFERENCE_ALONE_KEPT_S; a fresh group times its own."""
+    from sandbox.harness import pipeline
+    from sandbox.harness.warm import WarmGroups
+
+    monkeypatch.setenv("KLOOP_CACHE_DIR", str(tmp_path / "cache"))
+    groups = WarmGroups(tmp_path / "groups", depth=1)
+    config = _config(timed=True, iterations=10, warmup=1)
+    reports, kept = [], []
+    try:
+        for index in range(3):
+            if index == 2:
+                monkeypatch.setattr(pipeline, "REFERENCE_ALONE_KEPT_S", 0.0)  # the kept rounds are now too old
+            folder = tmp_path / f"eval-{index}"
+            folder.mkdir()
+            (folder / "solution.py").write_text(source("all_reduce_fp32"))
+            reports.append(pipeline.Evaluation(config, folder, groups=groups).run())
+            references = list(groups._references.values())
+            assert len(references) == 1, "the reference group was not kept"
+            kept.append(references[0].timed_alone)
+    finally:
+        groups.close()
+    assert [r.status for r in reports] == ["correct"] * 3, [r.message for r in reports]
+    assert reports[0].reference_alone_age_s == 0.0 and reports[2].reference_alone_age_s == 0.0
+    assert reports[1].reference_alone_age_s > 0.0
+    assert kept[1] is kept[0] and kept[2] is not kept[0]
+    assert all(r.reference_alone_ms is not None and r.speedup is not None for r in reports)

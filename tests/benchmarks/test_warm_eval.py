@@ -1,0 +1,24 @@
+"""benchmarks/warm_eval.py: the real CLI against a real ``kloop serve`` of this tree, on the CPU;
+the second evaluation finds the server's harness warm (its reference group kept, so the reference's
+rounds timed alone are reused rather than timed again)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_warm_evaluations_through_the_server_are_timed_command_to_report(tmp_path):
+    rows_path = tmp_path / "rows.json"
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "warm_eval.py"), "--device", "cpu", "--runs", "1", "--allow-nccl",
+                             "--candidate", str(REPO / "tests/fixtures/candidates/all_reduce_fp32.py"), "--port", "8397", "--json", str(rows_path)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    first, warm = json.loads(rows_path.read_text())
+    assert first["status"] == warm["status"] == "correct"
+    assert first["reference_alone_age_s"] == 0 and warm["reference_alone_age_s"] > 0
+    assert warm["wall_s"] >= warm["harness_s"] > 0
+    assert "warm median" in result.stdout and "goal" in result.stdout
