@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                              "loop that wants evaluations a minute asks for none: 0)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--allow-nccl", action="store_true")
+    parser.add_argument("--pool-depth", type=int, help="candidate groups started ahead (the harness's KLOOP_WARM_DEPTH; default: its own)")
     parser.add_argument("--out", type=Path, help="folder for throughput.json")
     args = parser.parse_args(argv)
 
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     source = args.candidate.read_text()
     walls, statuses, harness = [], [], []
     with tempfile.TemporaryDirectory(prefix="kloop-throughput-cache-") as cache:
-        with LocalSandbox(env={"KLOOP_CACHE_DIR": cache}) as box, WarmEvaluator(box) as warm:
+        env = {"KLOOP_CACHE_DIR": cache, **({"KLOOP_WARM_DEPTH": str(args.pool_depth)} if args.pool_depth else {})}
+        with LocalSandbox(env=env) as box, WarmEvaluator(box) as warm:
             for index in range(args.count + 1):
                 started = time.monotonic()
                 report = warm.evaluate(source, config)
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(["warm", len(warm_walls), round(statistics.median(warm_walls), 3), round(max(warm_walls), 3), round(total, 2),
                      round(60.0 * len(warm_walls) / total, 1)])
     print_table(f"throughput: {problem.name}, {args.candidate.name}, {args.device}, world {args.world}, {args.trials} trials"
-                f"{f', timed (precision {args.timing_precision:g})' if args.timed else ''}{', profiled' if args.profile else ''} (goal <= {GOAL_PER_EVAL_S} s each, "
+                f"{f', timed (precision {args.timing_precision:g})' if args.timed else ''}{', profiled' if args.profile else ''}{f', pool depth {args.pool_depth}' if args.pool_depth else ''} (goal <= {GOAL_PER_EVAL_S} s each, "
                 f">= {GOAL_PER_MIN:.0f}/min)", ["evaluations", "n", "median_s", "max_s", "total_s", "per_min"], rows)
     correct = sum(s == "correct" for s in statuses)
     print(f"{correct} of {len(statuses)} correct", flush=True)
