@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for run in range(1 + args.runs):
                 started = time.monotonic()
-                done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+                done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900, check=False)
                 wall = time.monotonic() - started
                 try:
                     report = json.loads(done.stdout)

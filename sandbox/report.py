@@ -122,7 +122,7 @@ class LogExcerpt(ReportModel):
     elided_chars: int = 0
 
     @classmethod
-    def of(cls, name: str, text: str, keep_chars: int = 4000) -> "LogExcerpt":
+    def of(cls, name: str, text: str, keep_chars: int = 4000) -> LogExcerpt:
         """Head and tail of ``text``, its control characters made visible (a log is shown, never
         obeyed: no terminal escapes, no carriage returns that overwrite a line)."""
         if len(text) <= 2 * keep_chars:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-
 import hashlib
 import math
 import os
@@ -41,12 +40,12 @@ from sandbox.harness.config import HarnessConfig
 from sandbox.harness.groups import Answer, RankFailure, RankGroup, StageTimeout, close_answers
 from sandbox.harness.judge import judge
 from sandbox.harness.launch import packages_dir
-from sandbox.harness.warm import FreshGroups
 from sandbox.harness.sealed_cache import SealedCache, cache_key
 from sandbox.harness.seeds import host_secret
 from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
 from sandbox.harness.verdict import Verdict
+from sandbox.harness.warm import FreshGroups
 from sandbox.nvml import gpu_model_name
 from sandbox.rank import commitment, wire
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
@@ -724,8 +723,8 @@ class Evaluation:
     # ------------------------------------------------------------------ profile
     def _profile(self) -> None:
         cache = SealedCache(self.cache_root / "profiles", self.secret)
-        identity = dict(problem=self.problem.name, version=self.problem.source_hash(), world=self.config.world, size=self.size,
-                        dtype=self.dtype, device=self.config.device, gpu=self.device_name)
+        identity = {"problem": self.problem.name, "version": self.problem.source_hash(), "world": self.config.world,
+                    "size": self.size, "dtype": self.dtype, "device": self.config.device, "gpu": self.device_name}
         ref_key = cache_key(role="reference", **identity)
         cand_key = cache_key(role="candidate", source=hashlib.sha256(self.source.encode()).hexdigest(), **identity)
         use = self.config.profile_cache

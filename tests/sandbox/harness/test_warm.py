@@ -27,8 +27,8 @@ READY_WAIT_S = 180.0
 def _config(**overrides):
     from sandbox.harness.config import HarnessConfig, StageTimeouts
 
-    base = dict(problem="all_reduce", world=1, device="cpu", allow_nccl=True, trials=2, timed=False, size="small",
-                profile=False, timeouts=StageTimeouts(startup_s=180, build_s=180, correctness_s=90, performance_s=180))
+    base = {"problem": "all_reduce", "world": 1, "device": "cpu", "allow_nccl": True, "trials": 2, "timed": False, "size": "small",
+            "profile": False, "timeouts": StageTimeouts(startup_s=180, build_s=180, correctness_s=90, performance_s=180)}
     return HarnessConfig(**{**base, **overrides})
 
 
