@@ -41,7 +41,6 @@ class Fixture:
     message: str | None = None
     known_hole: str | None = None  # a breach this judge cannot stop yet (the reason): the test is a strict xfail
     rank_memory_gib: float | None = None  # the harness's host-memory limit per rank, where the fixture needs a small one
-    fast_limit: float | None = None  # not-fast: the highest speedup it may read (default FAST_LIMIT, by device)
     summary: str = field(default="", compare=False)
 
     @property
@@ -69,7 +68,6 @@ def load(path: Path) -> Fixture:
         device=head.get("device", "cpu"), size=head.get("size"),
         timed=expect == "not-fast" or head.get("timed") == "yes", message=head.get("message"), known_hole=head.get("known-hole"), summary=first,
         rank_memory_gib=float(head["rank-memory-gib"]) if "rank-memory-gib" in head else None,
-        fast_limit=float(head["fast-limit"]) if "fast-limit" in head else None,
     )
 
 
@@ -164,12 +162,11 @@ def verdict_problems(fixture: Fixture, report) -> list[str]:
     expect = fixture.expect
     if fixture.timed and expect == "not-correct" and report.reference_timing is None and report.device == "emulate":
         expect = "not-fast"  # an attack on timing, in a mode that never times: correct outputs, no speedup, is its due
-    fast_limit = fixture.fast_limit or FAST_LIMIT[report.device]
     if expect == "correct" and status != "correct":
         problems.append(f"an honest control was not judged correct: {said}")
     elif expect == "not-correct" and status == "correct":
         problems.append(f"judged correct: {said}")
-    elif expect == "not-fast" and status == "correct" and speedup is not None and speedup > fast_limit:
+    elif expect == "not-fast" and status == "correct" and speedup is not None and speedup > FAST_LIMIT[report.device]:
         problems.append(f"correct with an unearned speedup: {said}")
     elif expect == "build_failed" and status != "build_failed":
         problems.append(f"expected build_failed: {said}")
