@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 if report.reference_timing and report.reference_alone_ms:
                     slowed = any("slower beside the candidate" in note for note in report.notes)
                     print(f"   speedup {report.speedup}, reference beside/alone {report.reference_timing.median_ms / report.reference_alone_ms:.3f}"
-                          f" (alone timed {report.reference_alone_age_s} s before){', taken against alone' if slowed else ''}", flush=True)
+                          f"{', taken against alone' if slowed else ''}", flush=True)
                 if report.status != "correct":
                     print(f"   {report.message[:300]}", flush=True)
     warm_walls = walls[1:]

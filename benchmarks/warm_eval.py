@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 stages = report.get("stage_wall_s", {})
                 rows.append({"run": label, "wall_s": round(wall, 2), "harness_s": report.get("wall_s"),
                              **{stage: stages.get(stage) for stage in STAGES}, "status": report["status"],
-                             "speedup": report.get("speedup"), "reference_alone_age_s": report.get("reference_alone_age_s")})
+                             "speedup": report.get("speedup")})
                 print(f"{label}: {report['status']} in {wall:.2f} s (harness {report.get('wall_s')} s), speedup {report.get('speedup')}",
                       flush=True)
         finally:

@@ -230,9 +230,6 @@ class EvalReport(ReportModel):
     reference_alone_ms: float | None = Field(None, description="the reference's median call timed alone, before any "
                                              "candidate code ran; the speedup is taken against it when the reference ran "
                                              "much slower beside the candidate")
-    reference_alone_age_s: float | None = Field(None, description="how long before this evaluation's timing the reference "
-                                                "was timed alone: 0 when in it; a reference group kept warm between "
-                                                "evaluations reuses its rounds for a while")
     candidate_timing: Timing | None = None
     speedup: float | None = Field(None, description="reference median / candidate median; only on correct reports")
     speedup_ci: list[float] | None = Field(None, description="95% bootstrap interval of the speedup over the timed rounds")

@@ -100,7 +100,6 @@ class RankGroup:
         self.device_barrier = False
         self.loaded = False  # its module is imported (a reference group kept warm stays loaded)
         self.healthy = True  # nothing went wrong with it (only a healthy reference group is kept)
-        self.timed_alone = None  # a reference group's timing.KeptRounds: its calls timed alone, before any candidate code
         self.workdir: Path | None = None
         self.stopped_for: str | None = None  # why the harness stopped a rank of this group on its own (memory)
         self.memory_watch: MemoryWatch | None = None

@@ -61,10 +61,6 @@ CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candi
 # alone: on a GPU, the job's own, an honest reference keeps its speed; on the host CPU a busy machine moves it more
 SLOWED_REFERENCE = {"cuda": 1.25, "cpu": 2.0}
 CALIBRATION_CALLS = 12  # harness-only calls timed in each group before candidate code runs (on a GPU)
-# how long a kept reference group's rounds timed alone stand in for timing them again, by device. Not on the host CPU,
-# where the load comes and goes: a reference beside the candidate slowed 2x by load since then would be judged
-# against unloaded rounds (the clock check's yardstick too), and an honest candidate read as hiding work
-REFERENCE_ALONE_KEPT_S = {"cuda": 120.0, "cpu": 0.0}
 MAX_TIMED_FACTOR = 4  # timing goes on past the planned calls until the speedup is as precise as asked, to this many times them
 PAUSE_FAILED = "the candidate's processes could not be stopped"
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
@@ -309,29 +305,17 @@ class Evaluation:
     def _time_reference_alone(self) -> None:
         """A warm-up round and as many timed calls as the interleaved timing plans, of the reference
         with no candidate code anywhere yet: work a candidate leaves running on the device or the
-        host between its own rounds slows the interleaved reference rounds, never this one. On a GPU
-        a reference group kept warm (sandbox/harness/warm.py) reuses the rounds it timed alone for
-        REFERENCE_ALONE_KEPT_S: they too ran before any candidate code of theirs, and no group of an
-        earlier evaluation outlives it into a later one."""
+        host between its own rounds slows the interleaved reference rounds, never this one."""
         size, target = self._round_size
-        plan = (size, target, min(max(self.config.warmup, 1), size))
-        kept, now = self.reference.timed_alone, time.monotonic()
-        if kept is None or kept.plan != plan or now - kept.at_s > REFERENCE_ALONE_KEPT_S.get(self.config.device, 0.0):
-            kept = self.reference.timed_alone = timing.KeptRounds(self._reference_alone_rounds(*plan), plan, now)
-        self.reference_alone = timing.Series(self._empty_interval_ms, list(kept.rounds))
-        self.report.reference_alone_ms = round(statistics.median(self.reference_alone.steps()), 6)
-        self.report.reference_alone_age_s = round(now - kept.at_s, 3)
-
-    def _reference_alone_rounds(self, size: int, target: int, warmup: int) -> list[timing.Round]:
-        rounds = []
-        counts = [warmup] + [size] * max(MIN_ROUNDS, -(-target // size))
+        series = self.reference_alone = timing.Series(self._empty_interval_ms)
+        counts = [min(max(self.config.warmup, 1), size)] + [size] * max(MIN_ROUNDS, -(-target // size))
         for index, count in enumerate(counts):  # as many calls as the interleaved timing plans: one round read as
             label = 1900 + 100 * index  # slowed an honest candidate's reference (a 1.39x spread over 5 jobs on the H200)
             with self._made(self.plan.fresh_keys(count), set(), list(range(label, label + count))) as calls:
                 record = self._timed_round(self.reference, calls, [])
             if index:
-                rounds.append(record)
-        return rounds
+                series.rounds.append(record)
+        self.report.reference_alone_ms = round(statistics.median(series.steps()), 6)
 
     def _candidate_path(self) -> list[str]:
         paths = [str(self.candidate_dir)]

@@ -95,16 +95,6 @@ class Series:
                 for rank in range(ranks)]
 
 
-@dataclass(frozen=True)
-class KeptRounds:
-    """A reference group's rounds timed alone, kept with the group: the plan they were timed to
-    (calls a round, calls in all, warm-up calls) and when (``time.monotonic()``)."""
-
-    rounds: list[Round]
-    plan: tuple[int, int, int]
-    at_s: float
-
-
 def empty_interval(reference_ms: list[float], candidate_ms: list[float]) -> list[float]:
     """Each rank's empty timed interval (syncs, barrier, events: no call), one for both groups,
     the lesser of the two groups' measures. It is the GPU's and the harness's, not a process's, and

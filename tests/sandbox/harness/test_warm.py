@@ -227,34 +227,3 @@ def test_no_process_of_a_warm_harness_outlives_it(box, how):
         warm.close()
     assert _still_running(below, wait_s=15.0) == []
 
-
-# ---------------------------------------------------------------------------- what a kept reference group keeps
-def test_a_kept_reference_group_reuses_its_timing_alone_while_it_is_fresh(tmp_path, monkeypatch):
-    """The reference's rounds timed alone (before any candidate code) are kept with its warm group:
-    the next evaluation of the same problem reuses them (the report says how old they are) instead
-    of timing them again, until they are older than REFERENCE_ALONE_KEPT_S for the device (120 s on
-    a GPU; here the CPU's is set to 120 s, then back to its default, 0: each evaluation times its own)."""
-    from sandbox.harness import pipeline
-    from sandbox.harness.warm import WarmGroups
-
-    monkeypatch.setenv("KLOOP_CACHE_DIR", str(tmp_path / "cache"))
-    assert pipeline.REFERENCE_ALONE_KEPT_S["cpu"] == 0.0 and pipeline.REFERENCE_ALONE_KEPT_S["cuda"] > 0.0
-    groups = WarmGroups(tmp_path / "groups", depth=1)
-    config = _config(timed=True, iterations=10, warmup=1)
-    reports, kept = [], []
-    try:
-        for index, cpu_kept_s in enumerate((120.0, 120.0, 0.0)):  # the third: what the CPU's default is
-            monkeypatch.setattr(pipeline, "REFERENCE_ALONE_KEPT_S", {"cuda": 120.0, "cpu": cpu_kept_s})
-            folder = tmp_path / f"eval-{index}"
-            folder.mkdir()
-            (folder / "solution.py").write_text(source("all_reduce_fp32"))
-            reports.append(pipeline.Evaluation(config, folder, groups=groups).run())
-            references = list(groups._references.values())
-            assert len(references) == 1, "the reference group was not kept"
-            kept.append(references[0].timed_alone)
-    finally:
-        groups.close()
-    assert [r.status for r in reports] == ["correct"] * 3, [r.message for r in reports]
-    assert [r.reference_alone_age_s > 0.0 for r in reports] == [False, True, False]
-    assert kept[1] is kept[0] and kept[2] is not kept[0]
-    assert all(r.reference_alone_ms is not None and r.speedup is not None for r in reports)
