@@ -1,4 +1,5 @@
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -6,6 +7,12 @@ import pytest
 
 # Every test run gets its own cache (compile cache, reference cache, seed secret).
 os.environ.setdefault("KLOOP_CACHE_DIR", tempfile.mkdtemp(prefix="kloop-test-cache-"))
+
+# A suite started in the background by a shell without job control (`nohup .ci/run &`, some CI runners) ignores
+# SIGINT, and every process it starts inherits that: the Ctrl-C tests would send a signal no one hears. With a
+# handler here instead, the processes the tests start get SIGINT's default again (a handler does not survive exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
