@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"   where: {dict(list(report.harness_breakdown_s.items())[:6])}", flush=True)
                 if report.reference_timing and report.reference_alone_ms:
                     slowed = any("slower beside the candidate" in note for note in report.notes)
-                    print(f"   speedup {report.speedup}, reference beside/alone {report.reference_timing.median_ms / report.reference_alone_ms:.3f}"
-                          f"{', taken against alone' if slowed else ''}", flush=True)
+                    ratio = report.reference_timing.median_ms / report.reference_alone_ms
+                    print(f"   speedup {report.speedup}, reference beside/alone {ratio:.3f}{', taken against alone' if slowed else ''}",
+                          flush=True)
                 if report.status != "correct":
                     print(f"   {report.message[:300]}", flush=True)
     warm_walls = walls[1:]
@@ -79,9 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(warm_walls)
         rows.append(["warm", len(warm_walls), round(statistics.median(warm_walls), 3), round(max(warm_walls), 3), round(total, 2),
                      round(60.0 * len(warm_walls) / total, 1)])
-    print_table(f"throughput: {problem.name}, {args.candidate.name}, {args.device}, world {args.world}, {args.trials} trials"
-                f"{f', timed (precision {args.timing_precision:g})' if args.timed else ''}{', profiled' if args.profile else ''}{f', pool depth {args.pool_depth}' if args.pool_depth else ''} (goal <= {GOAL_PER_EVAL_S} s each, "
-                f">= {GOAL_PER_MIN:.0f}/min)", ["evaluations", "n", "median_s", "max_s", "total_s", "per_min"], rows)
+    options = "".join([f", timed (precision {args.timing_precision:g})" if args.timed else "", ", profiled" if args.profile else "",
+                       f", pool depth {args.pool_depth}" if args.pool_depth else ""])
+    print_table(f"throughput: {problem.name}, {args.candidate.name}, {args.device}, world {args.world}, {args.trials} trials{options} "
+                f"(goal <= {GOAL_PER_EVAL_S} s each, >= {GOAL_PER_MIN:.0f}/min)",
+                ["evaluations", "n", "median_s", "max_s", "total_s", "per_min"], rows)
     correct = sum(s == "correct" for s in statuses)
     print(f"{correct} of {len(statuses)} correct", flush=True)
     if args.out:

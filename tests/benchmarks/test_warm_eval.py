@@ -13,9 +13,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_warm_evaluations_through_the_server_are_timed_command_to_report(tmp_path):
     rows_path = tmp_path / "rows.json"
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "warm_eval.py"), "--device", "cpu", "--runs", "1", "--allow-nccl",
-                             "--candidate", str(REPO / "tests/fixtures/candidates/all_reduce_fp32.py"), "--port", "8397", "--json", str(rows_path)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    command = [sys.executable, str(REPO / "benchmarks" / "warm_eval.py"), "--device", "cpu", "--runs", "1", "--allow-nccl",
+               "--port", "8397", "--candidate", str(REPO / "tests/fixtures/candidates/all_reduce_fp32.py"), "--json", str(rows_path)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     first, warm = json.loads(rows_path.read_text())
     assert first["status"] == warm["status"] == "correct"

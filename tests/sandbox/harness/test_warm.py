@@ -226,4 +226,3 @@ def test_no_process_of_a_warm_harness_outlives_it(box, how):
     finally:
         warm.close()
     assert _still_running(below, wait_s=15.0) == []
-
