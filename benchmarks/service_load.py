@@ -128,6 +128,14 @@ def start_server(db: Path, port: int, extra: list[str]):
     raise SystemExit("the server did not start: " + (process.stdout.read() if process.stdout else ""))
 
 
+def stop_server(process) -> None:
+    """End a server ``start_server`` started, with everything it started (its own session)."""
+    import signal
+
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(60)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", help="URL of a running server (token: $KLOOP_TOKEN)")
@@ -161,10 +169,7 @@ def main() -> int:
         numbers = run_load(server, token, args.evals, args.clients, eval_body(args.problem, args.device, args.world, source), args.timeout)
     finally:
         if process is not None:
-            import signal
-
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(30)
+            stop_server(process)
     if args.json:
         print(json.dumps(numbers, indent=2))
     else:

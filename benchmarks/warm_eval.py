@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 
 from paths import ROOT
-from service_load import start_server
+from service_load import start_server, stop_server
 from table import print_table
 
 GOAL_S = 2.5
@@ -72,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label}: {report['status']} in {wall:.2f} s (harness {report.get('wall_s')} s), speedup {report.get('speedup')}",
                       flush=True)
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(60)
+            stop_server(server)
     print_table(f"warm eval through kloop serve: {args.problem}, {args.candidate.name}, {args.device}, world {args.world} "
                 f"(command to report; goal <= {GOAL_S} s)", list(rows[0]), [list(r.values()) for r in rows])
     warm = [r["wall_s"] for r in rows[1:]]
