@@ -28,3 +28,18 @@ def problems_with_oracles(names: list[str] | None = None):
     if names:
         chosen = [p for p in chosen if p.name in names]
     return chosen
+
+
+def clock_line(report: EvalReport) -> str:
+    """The clock check's numbers in one line (ms per call): what a reader of a GPU log needs to set its allowances."""
+    check = report.timing_check
+    if check is None:
+        return "no clock check"
+    alone = report.reference_alone_ms
+    beside = report.reference_timing.median_ms if report.reference_timing else None
+    ratio = f", reference beside/alone {beside / alone:.3f}" if alone and beside else ""
+    return (f"unclaimed candidate {check.candidate_unclaimed_ms:.4f} reference {check.reference_unclaimed_ms:.4f} "
+            f"(harness offset {check.harness_offset_ms:.4f}, allowed excess {check.allowed_excess_ms:.4f}); staging candidate "
+            f"{check.candidate_staging_ms:.4f} reference {check.reference_staging_ms:.4f} (offset {check.staging_offset_ms:.4f}, "
+            f"allowed {check.allowed_staging_excess_ms:.4f}); clock estimate {check.clock_estimate_ms:.4f} floor "
+            f"{check.clock_floor_ms:.4f}{ratio}")

@@ -76,8 +76,9 @@ def _judge(warm, fixture, world, device):
     problems += [f"left on the host: {p}" for p in hc.existing_leaves(hc.leaf_patterns(fixture, box.workdir), started)]
     problems += [f"outlived its group: {p}" for p in hc.orphans(box.workdir)]
     print(f"{fixture.id} {device} w{world}: {report.status} speedup={report.speedup} {report.message[:160]!r}")
+    print(f"   timing check {report.timing_check}; reference alone {report.reference_alone_ms}")
     if problems:  # what the judge saw, for whoever reads the log of a GPU run
-        print(f"   isolation {report.isolation}\n   notes {report.notes}\n   timing check {report.timing_check}")
+        print(f"   isolation {report.isolation}\n   notes {report.notes}")
         for excerpt in report.logs:
             print(f"   log {excerpt.name}: {excerpt.text()[-1500:]!r}")
     return problems
