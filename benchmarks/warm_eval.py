@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     command += ["--allow-nccl"] if args.allow_nccl else []
     command += ["--size", args.size] if args.size else []
     command += ["--timing-precision", str(args.timing_precision)] if args.timing_precision is not None else []
-    rows = []
+    rows, breakdowns = [], []
     with tempfile.TemporaryDirectory(prefix="kloop-warm-eval-") as folder:
         gpus = ["--gpus", "0", "--cpu-slots", "1"] if args.device == "cuda" else ["--gpus", "", "--cpu-slots", "1"]
         server, token = start_server(Path(folder) / "store.db", args.port, gpus)
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
                              "speedup": report.get("speedup")})
                 print(f"{label}: {report['status']} in {wall:.2f} s (harness {report.get('wall_s')} s), speedup {report.get('speedup')}",
                       flush=True)
+                spent = report.get("harness_breakdown_s") or {}
+                breakdowns.append({"run": label, **spent})
+                print("   where: " + ", ".join(f"{kind} {s:.2f}" for kind, s in list(spent.items())[:10]), flush=True)
         finally:
             stop_server(server)
     print_table(f"warm eval through kloop serve: {args.problem}, {args.candidate.name}, {args.device}, world {args.world} "
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         median = statistics.median(warm)
         print(f"warm median {median:.2f} s over {len(warm)} (max {max(warm):.2f} s): goal {'met' if median <= GOAL_S else 'not met'}")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps({"runs": rows, "harness_breakdown_s": breakdowns}, indent=2))
     return 0 if all(r["status"] == "correct" for r in rows) else 1
 
 

@@ -18,8 +18,11 @@ def test_warm_evaluations_through_the_server_are_timed_command_to_report(tmp_pat
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)},
                             check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    first, warm = json.loads(rows_path.read_text())
+    written = json.loads(rows_path.read_text())
+    first, warm = written["runs"]
     assert first["status"] == warm["status"] == "correct"
     assert warm["startup"] < first["startup"]
     assert warm["wall_s"] >= warm["harness_s"] > 0
     assert "warm median" in result.stdout and "goal" in result.stdout
+    where = written["harness_breakdown_s"][1]  # where the warm run's harness time went, by group and command
+    assert where["run"] == "warm 1" and where["candidate call"] > 0 and where["reference make"] > 0
