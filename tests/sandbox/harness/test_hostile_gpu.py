@@ -37,13 +37,15 @@ GPU_KNOWN_HOLES = {
                         "commitment copied and hashed 128 MB on the host): 15.7x correct once, 4.47x at 125% of the roofline "
                         "once, 0.09x charged on the clock once, else rejected only because its placeholder's claim fell below "
                         "the roofline. Since the commitment of a one-rank GPU group is hashed on the device (0.65 ms for 128 "
-                        "MiB), two runs on 2026-12-03: 0.42x (charged on the clock), then rejected by the roofline again; too "
-                        "few to call it closed",
+                        "MiB), four runs on 2026-12-03: 0.42x and 1.10x charged on the clock, once rejected by the roofline, "
+                        "once 14.4x at 147% of the roofline. Its hidden all-reduce showed as 0.18 ms a call more unclaimed "
+                        "than the reference's, inside honest groups' -0.29 to +0.21 ms (a call's harness work is 4.1-4.6 ms)",
     "precompute_at_stage": "the same class at a call this small (all_reduce at world 1: a 64 MiB clone): the outputs "
                            "computed while the round is staged (0.1 ms a call) hide inside staging's own noise (12 ms a "
                            "call either way), and the precomputed call's claim is the empty interval's noise. Only the "
                            "roofline catches it: on 2026-12-03 a call of 0.0123 ms was rejected (below 0.0280 / 1.5), "
-                           "later that day one of about 0.024 ms (115% of the roofline) read 13.1x, correct. Closing it "
+                           "later that day one of about 0.024 ms (115% of the roofline) read 13.1x, correct, and twice more 11.6x and 9.4x at "
+                           "112-114%, correct (0.2 ms a call more staging, inside honest groups' -1.8 to +0.5 ms). Closing it "
                            "takes a clock the candidate cannot touch that resolves tens of microseconds (an external "
                            "profiler), or a tighter margin once honest kernels' share of the roofline is measured",
 }
