@@ -108,7 +108,7 @@ for name in "$@"; do
       stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5"
       if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"
       else part "$name" 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
-      grep -E "job|^timing|all_reduce \||   clock:" "$OUT/$name.log" ;;
+      grep -E "job|^timing|all_reduce \||clock:" "$OUT/$name.log" ;;
     batch_oracles|batch_oracles_quick)
       config=benchmarks/batch_oracles_cuda.yaml
       if [ "$name" = batch_oracles_quick ]; then config=$OUT/batch_oracles_quick.yaml; sed 's/^samples: .*/samples: 1/' benchmarks/batch_oracles_cuda.yaml > "$config"; fi

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"reference {reference_ms[-1]:.4f} ms (min {report.reference_timing.min_ms:.4f}, iqr "
                   f"{report.reference_timing.iqr_ms:.4f}), fastest iteration {fastest_ms[-1]:.4f} ms, "
                   f"reference sync overhead {overhead_ms[-1]:.4f} ms ({report.wall_s:.0f} s, ended {time.strftime('%H:%M:%S')})", flush=True)
-            print(f"   clock: {clock_line(report)}", flush=True)
+            roofline = f"{report.roofline_fraction:.0%} of the roofline; " if report.roofline_fraction else ""
+            print(f"   {roofline}clock: {clock_line(report)}", flush=True)
         if len(candidate_ms) == args.repeats:
             spread = max(speedups) / min(speedups)
             goal = 1.03 if min(candidate_ms) > 1.0 else 1.10
