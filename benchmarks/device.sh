@@ -19,6 +19,7 @@
 #   oracles_racy              every oracle without its trailing barrier, worlds 4 and 8
 #   oracles_extra             two-shot all-reduce forced at 4 and 8; several blocks a rank
 #   oracle_cuda               all-reduce oracle in cuda mode, world 1: timing, roofline, profile
+#   oracles_w1                benchmarks/oracles.py, world 1, default and latency sizes: each oracle's share of the roofline
 #   perf                      measured topology and the performance feedback (tests/sandbox/test_gpu_perf.py)
 #   latency                   benchmarks/eval_latency.py, cuda, world 1
 #   latency_ab                eval_latency.py (cuda, world 1, with the profile) in .baseline, then in this tree
@@ -79,6 +80,8 @@ for name in "$@"; do
     oracles_racy) part "$name" 240 env KLOOP_ORACLE_STRESS_CALLS=100 $ORACLES -k "trailing_barrier" ;;
     oracles_extra) part "$name" 150 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "two_shot or several_blocks" ;;
     oracle_cuda) part "$name" 90 $ORACLES -k "cuda_mode" ;;
+    oracles_w1) part "$name" 400 python3 benchmarks/oracles.py --world 1 --sizes default latency --json "$OUT/oracles_w1.json"
+      sed -n '/^oracle vs reference/,$p' "$OUT/$name.log" ;;
     perf) part "$name" 200 $PYTEST tests/sandbox/test_gpu_perf.py ;;
     latency) part "$name" 120 python3 benchmarks/eval_latency.py --device cuda --world 1 --profile; sed -n '/^eval latency/,$p' "$OUT/latency.log" ;;
     service_gpu) part "$name" 400 $PYTEST tests/service/test_service_gpu.py ;;

@@ -36,11 +36,13 @@ def main() -> int:
             ref, cand = report.reference_timing, report.candidate_timing
             rows.append([problem.name, size, report.status, ref.median_ms if ref else None, cand.median_ms if cand else None,
                          report.speedup, report.achieved_comm_gbps, report.roofline.bound_ms if report.roofline else None,
-                         report.roofline_fraction])
+                         report.roofline_fraction, report.roofline.limiter if report.roofline else None,
+                         report.reference_analysis.roofline_fraction if report.reference_analysis else None])
             records.append(report.model_dump(mode="json"))
             print(f"{problem.name} {size}: {report.status} {report.message}", flush=True)
     print_table(f"oracle vs reference, world {args.world}, {args.device}",
-                ["problem", "size", "status", "ref ms", "oracle ms", "speedup", "GB/s/rank", "roofline ms", "of roofline"], rows)
+                ["problem", "size", "status", "ref ms", "oracle ms", "speedup", "GB/s/rank", "roofline ms", "of roofline", "limiter",
+                 "reference of roofline"], rows)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(records, handle, indent=1)
