@@ -673,7 +673,7 @@ class Evaluation:
         bound = topology.roofline_for(topo, cost)
         if bound is None:
             return  # the problem has no cost model (e.g. ParallelKernelBench's): no roofline
-        impossible = timing.faster_than_hardware(cand.median_ms, bound.bound_ms)
+        impossible = timing.faster_than_hardware(cand.median_ms, bound)
         if impossible:
             raise Verdict("rejected", impossible)
         self.report.roofline = bound

@@ -29,7 +29,7 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from sandbox.report import ClockCheck
+from sandbox.report import ClockCheck, Roofline
 
 HIDDEN_FRACTION = 0.25  # unaccounted time may exceed the reference's by this share of the claimed call...
 CONFIDENCE = 3.0  # ...plus this many standard errors of the difference (from the reference's own spread)...
@@ -50,7 +50,14 @@ SYSTEMATIC_SHARE = {"cuda": 0.12, "cpu": 1.0}
 # 2026-12-02 (tests/sandbox/harness/test_hostile_timing.py). What this lets through is charged (check_clock)
 STAGING_SHARE = {"cuda": 0.3, "cpu": 1.0}
 OVERCLAIM_SLACK_MS = 0.5  # a rank may claim at most the parent's wall time plus this
-ROOFLINE_MARGIN = 1.5  # a call faster than roofline / this is impossible on this hardware
+ROOFLINE_MARGIN = 1.5  # a call faster than roofline / this is impossible on this hardware...
+# ...or than roofline / this where the bound is HBM traffic at the datasheet's rate: a rate no kernel exceeds (the margin is
+# for error in measured rates), and after the flush a call's reads come from HBM and its writes evict dirty lines. On the
+# H200 on 2026-12-03 (world 1, 64 MiB a call) honest kernels read 6-14% of such a roofline (benchmarks/oracles.py: the
+# all_gather, all_reduce and all_to_all oracles and references) and a bare `clone()`, the least an all_reduce at world 1
+# can do, 26-29% (43% its fastest call); work hidden in staging or after the timer read 112-147% of it, `correct`
+# (tests/fixtures/hostile/precompute_at_stage.py, work_after_timer.py)
+HBM_DATASHEET_MARGIN = 1.1
 BOOTSTRAP_SAMPLES = 1000
 PRECISION_SAMPLES = 200  # bootstrap resamples for deciding whether to time more (the reported interval takes the full count)
 MAD_TO_SE = 1.4826 * 1.2533  # MAD -> standard deviation -> standard error of a median (per sqrt(n))
@@ -272,11 +279,18 @@ def slowed(beside: list[float], alone: list[float], factor: float) -> bool:
     return statistics.median(beside) - factor * statistics.median(alone) > CONFIDENCE * error
 
 
-def faster_than_hardware(call_ms: float, bound_ms: float) -> str | None:
-    """A message when a call beats the roofline by more than the stated margin, else None."""
-    if call_ms > 0 and call_ms < bound_ms / ROOFLINE_MARGIN:
+def roofline_margin(roofline: Roofline) -> float:
+    """How far a call may beat ``roofline`` before it is impossible: HBM_DATASHEET_MARGIN where
+    the bound is HBM traffic at the datasheet's rate, else ROOFLINE_MARGIN."""
+    return HBM_DATASHEET_MARGIN if roofline.limiter == "hbm" and not roofline.hbm_measured else ROOFLINE_MARGIN
+
+
+def faster_than_hardware(call_ms: float, roofline: Roofline) -> str | None:
+    """A message when a call beats the roofline by more than its margin, else None."""
+    bound_ms, margin = roofline.bound_ms, roofline_margin(roofline)
+    if call_ms > 0 and call_ms < bound_ms / margin:
         return (f"faster than this hardware allows: a call took {call_ms:.4f} ms, and the roofline says no solution can take less "
-                f"than {bound_ms:.4f} ms (the judge allows {ROOFLINE_MARGIN}x for error in the roofline's rates)")
+                f"than {bound_ms:.4f} ms (the judge allows {margin}x for error in the roofline's rates)")
     if call_ms <= 0 and bound_ms > 0:
         return "faster than this hardware allows: a call took no measurable time"
     return None

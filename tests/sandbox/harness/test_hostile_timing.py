@@ -313,3 +313,30 @@ def test_an_inflated_start_up_interval_takes_nothing_from_the_calls():
     assert timing.statistics.median(shared.steps()) == pytest.approx(0.066)
     with pytest.raises(ValueError):
         timing.empty_interval([0.01, 0.01], [0.01])  # groups of different sizes are a harness bug, not a minimum
+
+
+def _roofline(limiter, hbm_measured=False, bound_ms=0.028):
+    from sandbox.report import Roofline
+
+    return Roofline(bound_ms=bound_ms, limiter=limiter, comm_bytes_per_rank=0.0, flops_per_rank=0.0, hbm_bytes_per_rank=2 * 2**26,
+                    link_gbps=450.0, hbm_gbps=4800.0, tflops=989.0, hbm_measured=hbm_measured)
+
+
+@pytest.mark.parametrize("share", [1.12, 1.15, 1.47])  # what work hidden in staging or after the timer read on the H200
+def test_a_call_beyond_a_datasheet_hbm_roofline_is_impossible(share):
+    message = timing.faster_than_hardware(0.028 / share, _roofline("hbm"))
+    assert message and "faster than this hardware allows" in message and "1.1x" in message
+
+
+@pytest.mark.parametrize("limiter, measured", [("hbm", True), ("compute", False), ("interconnect", False)])
+def test_a_roofline_of_measured_rates_or_other_limits_keeps_its_wider_margin(limiter, measured):
+    """A measured copy rate, or a link or compute rate, is one a kernel may beat: 1.5x is allowed there."""
+    assert timing.faster_than_hardware(0.028 / 1.3, _roofline(limiter, hbm_measured=measured)) is None
+    assert timing.faster_than_hardware(0.028 / 1.6, _roofline(limiter, hbm_measured=measured))
+
+
+def test_honest_shares_of_a_datasheet_hbm_roofline_stand():
+    """The best an honest kernel read on the H200 (a bare clone, 43% in its fastest call) and the roofline itself."""
+    for share in (0.29, 0.43, 1.0, 1.09):
+        assert timing.faster_than_hardware(0.028 / share, _roofline("hbm")) is None
+    assert timing.faster_than_hardware(0.0, _roofline("hbm"))
