@@ -180,11 +180,18 @@ class RankServer:
         return {"type": "burst_done", "round": message["round"], "checksums": checksums}, []
 
     def _output_leaves(self, result: Any) -> list:
+        """The outputs as the tensors committed to and shown: exactly torch.Tensor, detached, and
+        with any conjugate or negative bit resolved. A tensor with one of those bits set (``.imag``
+        of a conjugated complex tensor has the negative bit) holds in its storage bytes that are not
+        its value, and the commitment and the blob read bytes (viewed as uint8, which torch refuses
+        for such a tensor): an honest output crashed the rank instead of being judged by its value
+        (tests/fixtures/honest/all_reduce_neg_bit_view_output.py; the storage of one whose value is
+        wrong must not pass either: tests/fixtures/hostile/neg_bit_output_view.py)."""
         leaves = flatten_outputs(self.torch, result)
         for leaf in leaves:
             if type(leaf) is not self.torch.Tensor:  # noqa: E721 - exactly a tensor, no subclass
                 raise TypeError(f"solution returned a {type(leaf).__name__}; outputs must be torch.Tensor")
-        return [leaf.detach() for leaf in leaves]
+        return [leaf.detach().resolve_conj().resolve_neg() for leaf in leaves]
 
     def _commitment(self, outputs: list, inputs: list) -> str:
         return commitment.commitment([*outputs, *inputs], self.commitment_scheme)
