@@ -105,9 +105,9 @@ class ReferenceServer(RankServer):
         for lo, hi in zip(native_all, expected_all):
             lo, hi = lo.detach(), hi.detach()
             if lo.is_floating_point() and self.problem.spec.upcast:
-                diff = (lo.to(torch.float64) - hi.to(torch.float64)).abs()
-                max_errs.append(float(diff.max()) if diff.numel() else 0.0)
-                rms_errs.append(float(diff.square().mean().sqrt()) if diff.numel() else 0.0)
+                max_err, rms_err = native_error(torch, lo, hi)
+                max_errs.append(max_err)
+                rms_errs.append(rms_err)
                 kept.append(hi.to(self.hi_dtype))
             else:  # integers and booleans (indices, ranks, masks) must match the native run: upcasting reorders ties
                 max_errs.append(0.0)
@@ -119,6 +119,19 @@ class ReferenceServer(RankServer):
                    "nearly_constant_inputs": nearly_constant(tuple(leaves))}
         tensors = kept + ([t.detach() for t in native_all] if include_native else [])
         return wire.write_blob(len(kept), tensors, name="expected"), summary
+
+
+def native_error(torch, native, upcast) -> tuple[float, float]:
+    """The native run's error against the upcast one: its largest and its RMS. Where both runs
+    agree on a value no difference can measure (both NaN, or the same infinity: a fully masked
+    row's -inf, say) there is no error; a difference of inf - inf would make the error NaN and
+    then every solution's bound, and with it every solution, wrong."""
+    if not native.numel():
+        return 0.0, 0.0
+    lo, hi = native.to(torch.float64), upcast.to(torch.float64)
+    agree = (lo.isnan() & hi.isnan()) | (lo.isinf() & (lo == hi))
+    diff = (lo - hi).abs().masked_fill_(agree, 0.0)
+    return float(diff.max()), float(diff.square().mean().sqrt())
 
 
 def wire_close(fd: int) -> None:
