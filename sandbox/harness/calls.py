@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +95,7 @@ class Call:
     label: int  # shown in reports: trial number, or the timed call's number
     key: int
     rng: int
+    nonce: bytes = field(default_factory=lambda: secrets.token_bytes(16))  # sent with the call, bound into its commitment
     inputs: list[int] = field(default_factory=list)
     expected: list[Expected | None] = field(default_factory=list)
 
@@ -123,8 +125,8 @@ class Revealed:
             tensors = blob.tensors(device)
             return cls(outputs=tensors[:count], inputs=tensors[count:])
 
-    def commitment(self, scheme: str) -> str:
-        return commit_to([*self.outputs, *self.inputs], scheme)
+    def commitment(self, scheme: str, nonce: bytes) -> str:
+        return commit_to([*self.outputs, *self.inputs], scheme, nonce)
 
 
 def original_inputs(fd: int, device: Any = None) -> list:

@@ -32,7 +32,7 @@ def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[lis
     for position, call in enumerate(calls):
         for rank in range(world):
             shown = revealed[position][rank]
-            if shown.commitment(scheme) != committed[position][rank]:
+            if shown.commitment(scheme, call.nonce) != committed[position][rank]:
                 raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the ones it committed "
                               "to when the call ended (outputs computed or changed after the timer stopped)")
             expected = call.expected[rank]

@@ -295,7 +295,8 @@ class Evaluation:
                     for index in range(count):
                         started = time.perf_counter()
                         answers = self._checked(group, group.ask(
-                            {"type": "calibrate", "round": round_id, "index": index, "output_bytes": output_bytes, "flush": True},
+                            {"type": "calibrate", "round": round_id, "index": index, "output_bytes": output_bytes, "flush": True,
+                             "nonce": calls[index].nonce.hex()},
                             m.Calibrated, self.config.timeouts.correctness_s, "calibration"))
                         record.wall_ms.append((time.perf_counter() - started) * 1000.0)
                         record.claimed_ms.append([a.reply.ms for a in answers])
@@ -387,7 +388,8 @@ class Evaluation:
     def _call(self, group: RankGroup, round_id: int, index: int, call: Call, stage: str, flush: bool) -> tuple[list[float], list[str], float]:
         """One timed call on every rank: (claimed ms per rank, commitments per rank, the parent's wall ms)."""
         started = time.perf_counter()
-        answers = group.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng, "flush": flush}, m.Done,
+        answers = group.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng, "nonce": call.nonce.hex(),
+                             "flush": flush}, m.Done,
                             self.config.timeouts.correctness_s, stage)
         wall = (time.perf_counter() - started) * 1000.0
         done = self._checked(group, answers)
@@ -399,8 +401,8 @@ class Evaluation:
         return [a.reply.ms for a in done], [a.reply.checksum for a in done], wall
 
     def _burst(self, group: RankGroup, round_id: int, calls: list[Call], start: int, stage: str) -> list[list[str]]:
-        answers = self._checked(group, group.ask({"type": "burst", "round": round_id, "start": start,
-                                                  "rng": [c.rng for c in calls]}, m.BurstDone, self.config.timeouts.correctness_s, stage))
+        answers = self._checked(group, group.ask({"type": "burst", "round": round_id, "start": start, "rng": [c.rng for c in calls],
+                                                  "nonce": [c.nonce.hex() for c in calls]}, m.BurstDone, self.config.timeouts.correctness_s, stage))
         count = len(calls) - start
         if any(len(a.reply.checksums) != count for a in answers):
             raise m.ProtocolViolation("a rank committed to the wrong number of back-to-back calls")

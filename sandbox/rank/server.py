@@ -148,7 +148,7 @@ class RankServer:
         leaves = self._output_leaves(result)
         current["outputs"][index] = leaves
         return {"type": "done", "round": message["round"], "index": index, "ms": ms,
-                "checksum": self._commitment(leaves, entry["leaves"])}, []
+                "checksum": self._commitment(leaves, entry["leaves"], message["nonce"])}, []
 
     def calibrate(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """A timed call's harness work with no solution in it (the flush, an empty timed interval,
@@ -159,7 +159,7 @@ class RankServer:
         if message.get("flush", True):
             self.device.flush_l2()
         _, ms = self.device.timed(lambda: None)
-        self._commitment([stand_in], entry["leaves"])
+        self._commitment([stand_in], entry["leaves"], message["nonce"])
         return {"type": "calibrated", "round": message["round"], "index": message["index"], "ms": ms}, []
 
     def burst(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
@@ -176,7 +176,7 @@ class RankServer:
         for index, result in enumerate(results, start=start):
             leaves = self._output_leaves(result)
             current["outputs"][index] = leaves
-            checksums.append(self._commitment(leaves, current["calls"][index]["leaves"]))
+            checksums.append(self._commitment(leaves, current["calls"][index]["leaves"], message["nonce"][index]))
         return {"type": "burst_done", "round": message["round"], "checksums": checksums}, []
 
     def _output_leaves(self, result: Any) -> list:
@@ -193,8 +193,8 @@ class RankServer:
                 raise TypeError(f"solution returned a {type(leaf).__name__}; outputs must be torch.Tensor")
         return [leaf.detach().resolve_conj().resolve_neg() for leaf in leaves]
 
-    def _commitment(self, outputs: list, inputs: list) -> str:
-        return commitment.commitment([*outputs, *inputs], self.commitment_scheme)
+    def _commitment(self, outputs: list, inputs: list, nonce: str) -> str:
+        return commitment.commitment([*outputs, *inputs], self.commitment_scheme, bytes.fromhex(nonce))
 
     def reveal(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """The outputs and the inputs' final state of some calls of a round, one blob per call."""
