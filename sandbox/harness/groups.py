@@ -184,6 +184,8 @@ class RankGroup:
             return RankFailure(rank, "violation", f"rank {rank} broke the wire format: {error}")
         try:
             reply = m.parse_reply(message)
+            if fds and not reply.carries_fds:
+                raise m.ProtocolViolation(f"rank {rank} sent {len(fds)} descriptors with {reply.type!r}, which carries none")
             if isinstance(reply, m.CompileRequest):
                 self._serve_compile(rank, reply)
                 _close(fds)
