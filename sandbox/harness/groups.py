@@ -29,7 +29,7 @@ from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.memory_watch import MemoryWatch
 from sandbox.jail import pause
-from sandbox.rank.wire import Channel, ChannelClosed, WireError
+from sandbox.rank.wire import Channel, ChannelClosed, WireError, close_received
 from sandbox.readiness import wait_readable
 from sandbox.report import inert
 
@@ -282,11 +282,9 @@ class RankGroup:
 
 
 def _close(fds: list[int]) -> None:
+    """Descriptors a rank sent, closed without waiting on any (sandbox.rank.wire.close_received)."""
     for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        close_received(fd)
 
 
 def close_answers(answers: list[Answer | RankFailure]) -> None:
