@@ -29,13 +29,16 @@ from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.memory_watch import MemoryWatch
 from sandbox.jail import pause
-from sandbox.rank.wire import Channel, ChannelClosed, WireError
+from sandbox.rank.wire import Channel, ChannelClosed, WireError, close_received
 from sandbox.readiness import wait_readable
 from sandbox.report import inert
 
 log = structlog.get_logger(__name__)
 
 FAILURE_GRACE_S = 3.0  # after one rank fails, how long the others get to report before the kill
+# A rank reads each command (and each compile reply) before the parent sends the next, so the parent's sends never wait
+# on a rank that serves; one whose channel stays full this long is not reading it (see RankGroup.send)
+SEND_TIMEOUT_S = 10.0
 LOG_LIMIT_BYTES = 2 * 2**20
 
 
@@ -78,6 +81,7 @@ class RankGroup:
         child_fds, entries = [], []
         for rank in range(world):
             parent_end, child_end = Channel.pair()
+            parent_end.sock.settimeout(SEND_TIMEOUT_S)
             channel_fd = child_end.sock.detach()  # a plain descriptor, closed below once the child has it
             log_read, log_write = os.pipe()
             self.channels.append(parent_end)
@@ -94,6 +98,7 @@ class RankGroup:
         for reader in [*self.readers, self.zygote_log]:
             reader.start()
         self.alive = [True] * world
+        self.deaf = [False] * world  # stopped reading its channel (a send to it timed out)
         self.closed = False
         self._kill_lock = threading.Lock()
         self.overheads: list[float] | None = None  # each rank's empty timed interval, once it said it is ready
@@ -106,10 +111,18 @@ class RankGroup:
 
     # ---------------------------------------------------------------- messaging
     def send(self, rank: int, message: dict[str, Any], fds: list[int] = ()) -> None:
+        """``message`` to ``rank``, waiting at most SEND_TIMEOUT_S for room on its channel: a rank
+        that stops reading it (while it floods the parent with compile requests, say) would
+        otherwise hold the parent in a blocking send for ever, where no stage timeout is looked at
+        (tests/fixtures/hostile/unread_compile_replies.py hung the harness until its caller killed
+        it); such a rank is counted as gone, and reported as not reading."""
         if not self.alive[rank]:
             return
         try:
             self.channels[rank].send(message, fds)
+        except TimeoutError:
+            self.alive[rank] = False
+            self.deaf[rank] = True
         except (ChannelClosed, OSError):
             self.alive[rank] = False
 
@@ -148,7 +161,7 @@ class RankGroup:
         first_failure: float | None = None
         for rank in range(self.world):
             if not self.alive[rank]:
-                answers[rank] = RankFailure(rank, "died", self._death(rank))
+                answers[rank] = self._gone(rank)
                 first_failure = first_failure or time.monotonic()
         while len(answers) < self.world:
             now = time.monotonic()
@@ -184,10 +197,12 @@ class RankGroup:
             return RankFailure(rank, "violation", f"rank {rank} broke the wire format: {error}")
         try:
             reply = m.parse_reply(message)
+            if fds and not reply.carries_fds:
+                raise m.ProtocolViolation(f"rank {rank} sent {len(fds)} descriptors with {reply.type!r}, which carries none")
             if isinstance(reply, m.CompileRequest):
                 self._serve_compile(rank, reply)
                 _close(fds)
-                return None
+                return None if self.alive[rank] else self._gone(rank)
             if isinstance(reply, m.Failed):
                 _close(fds)
                 # a rank's words go into the verdict's message: control characters made visible there, as in logs
@@ -205,6 +220,13 @@ class RankGroup:
             return
         result = self.compile_server.build(request.kind, request.payload)
         self.send(rank, {"type": "compiled", "id": request.id, "ok": result.ok, "path": result.path, "log": result.log[-100_000:]})
+
+    def _gone(self, rank: int) -> RankFailure:
+        """Why a rank no longer counts: it stopped reading its channel, or it ended."""
+        if self.deaf[rank]:
+            return RankFailure(rank, "violation", f"rank {rank} stopped reading the harness's messages (its channel stayed "
+                                                  f"full for {SEND_TIMEOUT_S:g} s)")
+        return RankFailure(rank, "died", self._death(rank))
 
     def _death(self, rank: int) -> str:
         code = self.process.poll()
@@ -260,11 +282,9 @@ class RankGroup:
 
 
 def _close(fds: list[int]) -> None:
+    """Descriptors a rank sent, closed without waiting on any (sandbox.rank.wire.close_received)."""
     for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        close_received(fd)
 
 
 def close_answers(answers: list[Answer | RankFailure]) -> None:

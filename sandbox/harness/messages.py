@@ -9,7 +9,7 @@ not refused: it is shown, never interpreted.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
@@ -31,7 +31,13 @@ Activity = Annotated[tuple[Line, float, float], BeforeValidator(lambda value: tu
 
 
 class Reply(BaseModel):
+    """``carries_fds``: whether the reply may come with descriptors (a reveal's blobs, the
+    reference's inputs); any other reply that brings some is a protocol violation, its
+    descriptors closed at once: kept, each could hold a memfd's memory in the judge beyond the
+    rank's limit and its life (tests/fixtures/hostile/descriptors_in_every_reply.py)."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
+    carries_fds: ClassVar[bool] = False
 
     type: str
 
@@ -76,6 +82,7 @@ class BurstDone(Reply):
 
 
 class Revealed(Reply):
+    carries_fds: ClassVar[bool] = True
     type: Literal["revealed"]
     round: int
     indices: list[int] = Field(max_length=MAX_CALLS)
@@ -102,6 +109,7 @@ class Profiled(Reply):
 
 
 class Made(Reply):
+    carries_fds: ClassVar[bool] = True
     type: Literal["made"]
     calls: list[dict[str, Any]]
 

@@ -634,10 +634,16 @@ class Evaluation:
 
     @contextlib.contextmanager
     def _candidate_paused(self, consequence: str):
-        """The candidate's processes stopped for the block; a note (once) when they could not be."""
+        """The candidate's processes stopped for the block; ``rejected`` when they could not be. An
+        honest tree stops within the pause's wait; one that does not was made so (a process held in
+        uninterruptible sleep by a vfork child that never execs, signals among its own processes, a
+        tree that keeps forking), and with only a note the reference was timed beside whatever it
+        left running (tests/fixtures/hostile/pause_defeated_by_vfork.py: 1.66x on the reference's
+        own work)."""
         with self.candidate.paused() as failed:
-            if failed and not any(note.startswith(PAUSE_FAILED) for note in self.report.notes):
-                self.report.notes.append(f"{PAUSE_FAILED} ({failed}) {consequence}")
+            if failed:
+                raise Verdict("rejected", f"{PAUSE_FAILED} ({failed}) {consequence}: a solution must leave no process "
+                              "the judge cannot stop")
             yield
 
     def _timed_round_of(self, group: RankGroup, calls: list[Call], reveal: list[int]) -> timing.Round:

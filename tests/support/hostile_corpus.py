@@ -144,7 +144,9 @@ def verdict_problems(fixture: Fixture, report) -> list[str]:
     problems = []
     status, speedup = report.status, report.speedup
     said = f"{status} ({report.message[:300]!r}, speedup {speedup})"
-    if any("bug in kernel-loop" in note for note in report.notes) or report.message.startswith("harness error"):
+    # "the harness ..." / "the warm harness ...": it died or hung with no report (sandbox/evaluate.py)
+    if any("bug in kernel-loop" in note for note in report.notes) or report.message.startswith(
+            ("harness error", "the harness ", "the warm harness ")):
         problems.append(f"candidate data caused a harness failure: {said}")
     if status != "correct" and speedup is not None:
         problems.append(f"a {status} report carries a speedup: {said}")

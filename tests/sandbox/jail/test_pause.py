@@ -94,3 +94,41 @@ def test_a_tree_that_is_gone_pauses_as_nothing():
     done = subprocess.run([sys.executable, "-c", "pass"])
     with pause.paused(2**22 + done.returncode + 7) as failed:  # no such pid
         assert failed is None
+
+
+ZOMBIE_LEADER = r"""
+import ctypes, mmap, os, threading
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+span = 32 << 30  # 64 MiB of page tables, seconds of kernel work a call
+
+def burn():  # page tables to the zero page, in the kernel: a pending stop does not interrupt a call
+    while True:
+        address = libc.mmap(None, span, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000, -1, 0)
+        libc.madvise(address, span, 22)
+        libc.munmap(address, span)
+
+threading.Thread(target=burn).start()
+print("ready", flush=True)
+libc.syscall(60, 0)  # the first thread alone exits: the process reads as a zombie
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe's exit is x86_64's syscall number")
+def test_a_zombie_leader_with_a_thread_running_is_not_taken_as_stopped(tmp_path):
+    """A process's state is its first thread's; every thread's counts
+    (tests/fixtures/hostile/pause_dodged_by_zombie_leader.py)."""
+    read, write = os.pipe()
+    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", ZOMBIE_LEADER], stdout=write)
+    os.close(write)
+    try:
+        with os.fdopen(read) as out:
+            assert out.readline().strip() == "ready"
+        time.sleep(0.2)
+        with pause.paused(jail.process.pid) as failed:
+            assert failed is not None and "did not stop" in failed
+    finally:
+        jail.kill()
