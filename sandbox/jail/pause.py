@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import psutil
 import structlog
@@ -68,33 +68,56 @@ def stop_tree(root_pid: int) -> list[psutil.Process]:
     return list(stopped.values())
 
 
+ASLEEP_WINDOW_S = 0.1  # a thread still in uninterruptible sleep after the wait must use no CPU time over this long
+
+
 def _wait_stopped(processes: list[psutil.Process]) -> None:
+    """Every thread of ``processes`` stopped; or, once STOP_WAIT_S has passed, asleep (state D,
+    no CPU time used over ASLEEP_WINDOW_S): a thread in uninterruptible sleep does not run, and
+    the pending stop takes it when it wakes. A process held in that sleep for good (a vfork
+    parent whose child never execs: tests/fixtures/hostile/pause_defeated_by_vfork.py) made every
+    pause fail, and the whole tree, its spinners too, ran on while the reference was timed; a
+    thread that runs in the kernel instead (pause_dodged_by_zombie_leader.py) is not asleep."""
     deadline = time.monotonic() + STOP_WAIT_S
     for process in processes:
-        while not _stopped(process.pid):
+        while _running_threads(process.pid):
             if time.monotonic() > deadline:
+                if _asleep(process.pid):
+                    break
                 raise PauseFailed(f"pid {process.pid} did not stop within {STOP_WAIT_S:g} s")
             time.sleep(0.0005)
 
 
-def _stopped(pid: int) -> bool:
-    """Whether every thread of ``pid`` is stopped, traced-stopped or gone. Not the process's own
-    state, which is its first thread's: that thread may have exited alone (a zombie, to
-    psutil) while the others run on, in a kernel call that a pending stop does not interrupt
-    (tests/fixtures/hostile/pause_dodged_by_zombie_leader.py burned every core that way)."""
+def _asleep(pid: int) -> bool:
+    before = _running_threads(pid)
+    if any(state != "D" for state, _ in before.values()):
+        return False
+    time.sleep(ASLEEP_WINDOW_S)
+    after = _running_threads(pid)
+    return all(state == "D" and after[tid][1] == before.get(tid, ("", -1))[1] for tid, (state, _) in after.items())
+
+
+def _running_threads(pid: int) -> dict[str, tuple[str, int]]:
+    """The threads of ``pid`` that are not stopped, traced-stopped or gone: their state and CPU
+    time in clock ticks. Each thread's own state, not the process's, which is its first thread's:
+    that thread may have exited alone (a zombie, to psutil) while the others run on, in a kernel
+    call that a pending stop does not interrupt (tests/fixtures/hostile/pause_dodged_by_zombie_leader.py
+    burned every core that way)."""
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError):
-        return True
+        return {}
+    running = {}
     for thread in threads:
         try:
             with open(f"/proc/{pid}/task/{thread}/stat") as handle:
-                state = handle.read().rpartition(")")[2].split()[0]
-        except (FileNotFoundError, ProcessLookupError, IndexError):
+                fields = handle.read().rpartition(")")[2].split()
+            state, ticks = fields[0], int(fields[11]) + int(fields[12])  # stat's state, utime and stime (proc(5))
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue  # gone meanwhile
         if state not in _STOPPED_STATES:
-            return False
-    return True
+            running[thread] = (state, ticks)
+    return running
 
 
 def resume(processes: list[psutil.Process]) -> None:

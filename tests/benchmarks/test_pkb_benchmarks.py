@@ -94,5 +94,6 @@ def test_eval_latency_and_timing_stability_run_against_the_current_judge(tmp_pat
                        "--json", str(tmp_path / "stability.json"))
     assert stability.returncode == 0, stability.stdout[-3000:] + stability.stderr[-3000:]
     assert "speedup max/min" in stability.stdout
+    assert stability.stdout.count("clock: unclaimed candidate") == 2  # each job's clock check, for setting allowances
     record = json.loads((tmp_path / "stability.json").read_text())[0]
     assert len(record["speedups"]) == 2 and record["speedup_max_over_min"] >= 1.0

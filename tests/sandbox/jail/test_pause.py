@@ -91,7 +91,7 @@ def test_a_paused_jail_can_still_be_ended(spinning):
 
 
 def test_a_tree_that_is_gone_pauses_as_nothing():
-    done = subprocess.run([sys.executable, "-c", "pass"])
+    done = subprocess.run([sys.executable, "-c", "pass"], check=False)
     with pause.paused(2**22 + done.returncode + 7) as failed:  # no such pid
         assert failed is None
 
@@ -130,5 +130,40 @@ def test_a_zombie_leader_with_a_thread_running_is_not_taken_as_stopped(tmp_path)
         time.sleep(0.2)
         with pause.paused(jail.process.pid) as failed:
             assert failed is not None and "did not stop" in failed
+    finally:
+        jail.kill()
+
+
+VFORK_PARENT = r"""
+import ctypes, os, time
+if os.fork() == 0:
+    if ctypes.CDLL(None).syscall(58) == 0:  # vfork: the child sleeps, never execs; its parent waits in state D
+        while True:
+            time.sleep(60)
+    os._exit(0)
+print("ready", flush=True)
+while True:
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe's vfork is x86_64's syscall number")
+def test_a_process_asleep_in_uninterruptible_sleep_does_not_fail_the_pause(tmp_path):
+    """A vfork parent waits in state D for good and uses no CPU: the pause holds the rest of the
+    tree (tests/fixtures/hostile/pause_defeated_by_vfork.py made every pause fail this way)."""
+    read, write = os.pipe()
+    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", VFORK_PARENT], stdout=write)
+    os.close(write)
+    try:
+        with os.fdopen(read) as out:
+            assert out.readline().strip() == "ready"
+        time.sleep(0.3)
+        states = {p.pid: p.status() for p in _below(jail)}
+        assert psutil.STATUS_DISK_SLEEP in states.values(), states
+        with pause.paused(jail.process.pid) as failed:
+            assert failed is None
+            held = {p.pid: p.status() for p in _below(jail)}
+            assert held and all(s in (psutil.STATUS_STOPPED, psutil.STATUS_DISK_SLEEP) for s in held.values()), held
+            assert sum(s == psutil.STATUS_STOPPED for s in held.values()) >= 2, held  # the script and the vfork child
     finally:
         jail.kill()
