@@ -65,6 +65,7 @@ class Expected:
     dtypes: list[str]
     native_max_abs_err: list[float]
     native_rms_err: list[float]
+    native_overflowed: list[int] = field(default_factory=list)  # per output: elements only one run made non-finite
     nearly_constant_inputs: bool = False
     native: list | None = None
 
@@ -83,6 +84,7 @@ class Expected:
                    shapes=[tuple(s) for s in summary["shapes"]], dtypes=list(summary["dtypes"]),
                    native_max_abs_err=[float(v) for v in summary["native_max_abs_err"]],
                    native_rms_err=[float(v) for v in summary["native_rms_err"]],
+                   native_overflowed=[int(v) for v in summary.get("native_overflowed", [])],
                    nearly_constant_inputs=bool(summary.get("nearly_constant_inputs")),
                    native=tensors[count:] or None)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sandbox.rank import wire
 from sandbox.rank.server import RankServer, flatten_outputs
@@ -101,37 +101,49 @@ class ReferenceServer(RankServer):
         for value in native_all + expected_all:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"the reference returned a {type(value).__name__}, not tensors")
-        max_errs, rms_errs, kept = [], [], []
+        max_errs, rms_errs, overflowed, kept = [], [], [], []
         for lo, hi in zip(native_all, expected_all):
             lo, hi = lo.detach(), hi.detach()
             if lo.is_floating_point() and self.problem.spec.upcast:
-                max_err, rms_err = native_error(torch, lo, hi)
-                max_errs.append(max_err)
-                rms_errs.append(rms_err)
+                error = native_error(torch, lo, hi)
+                max_errs.append(error.max_abs)
+                rms_errs.append(error.rms)
+                overflowed.append(error.overflowed)
                 kept.append(hi.to(self.hi_dtype))
             else:  # integers and booleans (indices, ranks, masks) must match the native run: upcasting reorders ties
                 max_errs.append(0.0)
                 rms_errs.append(0.0)
+                overflowed.append(0)
                 kept.append(lo if self.problem.spec.upcast else hi)
         summary = {"outputs": len(native), "mutated": mutated, "shapes": [list(t.shape) for t in native_all],
                    "dtypes": [str(t.dtype).removeprefix("torch.") for t in native_all],
-                   "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs),
+                   "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs), "native_overflowed": overflowed,
                    "nearly_constant_inputs": nearly_constant(tuple(leaves))}
         tensors = kept + ([t.detach() for t in native_all] if include_native else [])
         return wire.write_blob(len(kept), tensors, name="expected"), summary
 
 
-def native_error(torch, native, upcast) -> tuple[float, float]:
-    """The native run's error against the upcast one: its largest and its RMS. Where both runs
-    agree on a value no difference can measure (both NaN, or the same infinity: a fully masked
-    row's -inf, say) there is no error; a difference of inf - inf would make the error NaN and
-    then every solution's bound, and with it every solution, wrong."""
+class NativeError(NamedTuple):
+    max_abs: float
+    rms: float
+    overflowed: int  # elements one run made non-finite and the other did not (or not alike)
+
+
+def native_error(torch, native, upcast) -> NativeError:
+    """The native run's error against the upcast one, over the elements both runs made finite:
+    its largest and its RMS; and how many elements only one of them made non-finite (the native
+    run overflowed, say), which a solution may get non-finite too. Where both agree on a value no
+    difference measures (both NaN, or the same infinity: a fully masked row's -inf) there is no
+    error. Before, such elements made the error NaN (inf - inf: every solution's bound, and every
+    solution, wrong) or infinite (an overflow: every solution's bound infinite, and any output
+    right)."""
     if not native.numel():
-        return 0.0, 0.0
+        return NativeError(0.0, 0.0, 0)
     lo, hi = native.to(torch.float64), upcast.to(torch.float64)
     agree = (lo.isnan() & hi.isnan()) | (lo.isinf() & (lo == hi))
-    diff = (lo - hi).abs().masked_fill_(agree, 0.0)
-    return float(diff.max()), float(diff.square().mean().sqrt())
+    both_finite = lo.isfinite() & hi.isfinite()
+    diff = torch.where(both_finite, (lo - hi).abs(), torch.zeros_like(lo))
+    return NativeError(float(diff.max()), float(diff.square().mean().sqrt()), int((~both_finite & ~agree).sum()))
 
 
 def wire_close(fd: int) -> None:
