@@ -635,11 +635,11 @@ class Evaluation:
     @contextlib.contextmanager
     def _candidate_paused(self, consequence: str):
         """The candidate's processes stopped for the block; ``rejected`` when they could not be. An
-        honest tree stops within the pause's wait; one that does not was made so (a process held in
-        uninterruptible sleep by a vfork child that never execs, signals among its own processes, a
-        tree that keeps forking), and with only a note the reference was timed beside whatever it
-        left running (tests/fixtures/hostile/pause_defeated_by_vfork.py: 1.66x on the reference's
-        own work)."""
+        honest tree stops within the pause's wait (a thread asleep in uninterruptible sleep counts
+        as stopped: sandbox/jail/pause.py); one that does not was made so (a thread kept running in
+        the kernel, a tree that keeps forking), and with only a note the reference was timed beside
+        whatever it left running (tests/fixtures/hostile/pause_dodged_by_zombie_leader.py: 1.75x on
+        the reference's own work)."""
         with self.candidate.paused() as failed:
             if failed:
                 raise Verdict("rejected", f"{PAUSE_FAILED} ({failed}) {consequence}: a solution must leave no process "
