@@ -60,10 +60,8 @@ def commitment(tensors: list, scheme: str = "transposed", nonce: bytes = b"") ->
     inside the reference's unclaimed time (tests/fixtures/hostile/precomputed_input_digests.py). In
     the tree scheme (one rank, hashed on the device in a fraction of a millisecond) the nonce binds
     the root only."""
-    if scheme == "transposed":
-        parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tensor_digest(t, nonce)] for t in tensors]
-    else:
-        parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), tree_digest(t)] for t in tensors]
+    digest = tree_digest if scheme == "tree" else (lambda tensor: tensor_digest(tensor, nonce))
+    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), digest(t)] for t in tensors]
     return hashlib.sha256(nonce + json.dumps(parts).encode()).hexdigest()[:32]
 
 
