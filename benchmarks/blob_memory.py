@@ -1,9 +1,11 @@
 """The host side of a blob: a fresh memfd's pages faulted in through a MAP_POPULATE'd mapping (how
-blobs were written until 2026-12-03), with huge-page advice, written with pwrite (how they are
-written now), and the same once the pages exist; anonymous memory and a plain copy for scale.
-On the H200 host (a VM) a fresh page costs far more than a copy of it.
+blobs were written until 2026-12-03), with huge-page advice, written with pwrite, faulted in by
+several threads at once (MADV_POPULATE_WRITE on a share of the mapping each: page faults of one
+file in parallel, where a pwrite holds the file's lock), and the same once the pages exist;
+anonymous memory and a plain copy for scale. On the H200 host (a VM) a fresh page costs far more
+than a copy of it.
 
-    python benchmarks/blob_memory.py [--mib 64] [--repeats 8]
+    python benchmarks/blob_memory.py [--mib 64] [--repeats 8] [--threads 2 4 8]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from paths import ROOT  # noqa: F401 - puts the repository on sys.path
 from table import print_table
@@ -37,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2, 4, 8])
     args = parser.parse_args(argv)
     size = args.mib * 2**20
     libc = ctypes.CDLL(None, use_errno=True)
@@ -64,6 +68,23 @@ def main(argv: list[str] | None = None) -> int:
         os.pwrite(fd, payload, 0)
         os.close(fd)
 
+    def fresh_parallel(threads: int, pool: ThreadPoolExecutor):
+        def populate():
+            fd = os.memfd_create("probe")
+            os.ftruncate(fd, size)
+            region = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+            base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+            share = -(-size // threads // mmap.PAGESIZE) * mmap.PAGESIZE
+            spans = [(start, min(share, size - start)) for start in range(0, size, share)]
+            results = list(pool.map(lambda span: libc.madvise(ctypes.c_void_p(base + span[0]), ctypes.c_size_t(span[1]),
+                                                              MADV_POPULATE_WRITE), spans))  # ctypes lets go of the GIL
+            if any(results):
+                raise OSError(ctypes.get_errno(), "madvise(MADV_POPULATE_WRITE) failed")
+            del base
+            region.close()
+            os.close(fd)
+        return populate
+
     kept = os.memfd_create("kept")
     os.pwrite(kept, payload, 0)
     target = bytearray(size)
@@ -71,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         ("fresh memfd, MAP_POPULATE'd mapping", fresh_populated),
         ("fresh memfd, huge-page advice + MADV_POPULATE_WRITE", fresh_huge_advice),
         ("fresh memfd, pwrite", fresh_pwrite),
+        *((f"fresh memfd, {n} threads MADV_POPULATE_WRITE", fresh_parallel(n, ThreadPoolExecutor(n))) for n in args.threads),
         ("memfd with its pages, pwrite", lambda: os.pwrite(kept, payload, 0)),
         ("memfd with its pages, MAP_POPULATE'd mapping", lambda: mmap.mmap(kept, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE).close()),
         ("anonymous memory, MAP_POPULATE", lambda: mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE).close()),

@@ -68,7 +68,7 @@ for name in "$@"; do
       sed -n '/^MISMATCH/p; /^commitment cost/,$p' "$OUT/commitment_cost.log" ;;
     staging) part "$name" 60 python3 benchmarks/staging.py --repeats 12; sed -n '/^staging/,$p' "$OUT/$name.log" ;;
     timing_noise) part "$name" 120 python3 benchmarks/timing_noise.py; grep -vE "^\s*$" "$OUT/$name.log" | tail -20 ;;
-    blob_memory) part "$name" 60 python3 benchmarks/blob_memory.py; sed -n '/^a blob/,$p' "$OUT/$name.log" ;;
+    blob_memory) part "$name" 90 python3 benchmarks/blob_memory.py --threads 2 4 8; sed -n '/^a blob/,$p' "$OUT/$name.log" ;;
     extension_build) part "$name" 560 python3 benchmarks/extension_build.py --phases; sed -n '/^cold builds/,$p' "$OUT/$name.log" ;;
     reference_call) part "$name" 120 python3 benchmarks/reference_call_noise.py --processes 4 --pinned; sed -n '/^a rank/,$p' "$OUT/$name.log" ;;
     hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
