@@ -35,6 +35,7 @@
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
+#   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
 #   stability_baseline        the same in .baseline (an older tree, carried)
 set -uo pipefail
@@ -107,6 +108,12 @@ for name in "$@"; do
       sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
     warm_eval) part "$name" 300 python3 benchmarks/warm_eval.py --device cuda --world 1 --runs 8 --json "$OUT/warm_eval.json"
       grep -E "^(first|warm [0-9]+):|   where:" "$OUT/$name.log" | head -18; sed -n '/^warm eval through/,$p' "$OUT/$name.log" ;;
+    warm_eval_ab)
+      warm="benchmarks/warm_eval.py --device cuda --world 1 --runs 6"
+      part warm_eval_baseline 200 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $warm"
+      sed -n '/^warm eval through/,$p' "$OUT/warm_eval_baseline.log"
+      part warm_eval_new 200 python3 $warm --json "$OUT/warm_eval.json"
+      grep -E "^(first|warm [0-9]+):|   where:" "$OUT/warm_eval_new.log" | head -14; sed -n '/^warm eval through/,$p' "$OUT/warm_eval_new.log" ;;
     stability|stability_baseline)
       stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5"
       if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"

@@ -75,7 +75,7 @@ class Expected:
         (on ``device``, where it is compared; else the CPU), and a long-lived harness that kept the
         file would hold every call's outputs for good."""
         try:
-            with wire.Blob(fd, MAX_EXPECTED_BYTES) as blob:
+            with wire.Blob(fd, MAX_EXPECTED_BYTES, pooled=True) as blob:  # the reference writes its memfd again later
                 tensors = blob.tensors(device)
         finally:
             os.close(fd)

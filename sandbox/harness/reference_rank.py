@@ -6,6 +6,8 @@ which a candidate ever sees them; for the calls the parent will check, it also r
 twice, in the problem's dtype and on upcast inputs, and sends the upcast outputs (what a solution
 must match) with the native run's own error (how far a solution may be off), and the final state
 of any input the reference updates in place (which a solution must then update the same way).
+Those go to the parent alone, which copies them out before it sends the next ``make``: their
+memfds are written again then (``wire.BlobPool``), never handed to a rank.
 Timed like a candidate, through the same rounds, on the same blobs.
 
 ``python -m sandbox.harness.reference_rank CONFIG_JSON``; started by the parent outside any jail.
@@ -22,6 +24,7 @@ from sandbox.rank.server import RankServer, flatten_outputs
 from sandbox.rank.zygote import run_ranks
 
 MAX_CALLS_PER_MAKE = 24
+EXPECTED_POOL_BYTES = 2**30  # memfds of expected outputs kept for reuse, per reference rank
 
 
 class ReferenceServer(RankServer):
@@ -36,6 +39,7 @@ class ReferenceServer(RankServer):
         self.dtype = getattr(torch, config["dtype"])
         self.hi_dtype = torch.float64 if self.dtype in (torch.float32, torch.float64) else torch.float32
         self.shape = config["shape"]
+        self.expected_blobs = wire.BlobPool(EXPECTED_POOL_BYTES)  # read by the parent only, before it asks for more
         self.handlers["make"] = self.make
 
     def load(self, message: dict[str, Any], fds) -> tuple[dict, list]:
@@ -55,6 +59,7 @@ class ReferenceServer(RankServer):
         """``calls``: [{key, regime, rng, expect, native, perturb}]; per call an input blob and, where
         ``expect``, an expected-output blob (in that order)."""
         calls = message["calls"][:MAX_CALLS_PER_MAKE]
+        self.expected_blobs.returned()  # the parent read the last make's expected outputs before it asked for this one
         blobs, described = [], []
         try:
             for call in calls:
@@ -120,7 +125,7 @@ class ReferenceServer(RankServer):
                    "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs), "native_overflowed": overflowed,
                    "nearly_constant_inputs": nearly_constant(tuple(leaves))}
         tensors = kept + ([t.detach() for t in native_all] if include_native else [])
-        return wire.write_blob(len(kept), tensors, name="expected"), summary
+        return self.expected_blobs.write(len(kept), tensors, name="expected"), summary
 
 
 class NativeError(NamedTuple):

@@ -158,3 +158,49 @@ def test_a_malformed_message_is_a_wire_error(payload):
     socket.send_fds(a.sock, [payload], [])
     with pytest.raises(wire.WireError):
         b.recv(timeout_s=5)
+
+
+def _read(fd: int, **kind) -> list:
+    try:
+        with wire.Blob(fd, 2**30, **kind) as blob:
+            return blob.tensors()
+    finally:
+        os.close(fd)
+
+
+def test_a_pooled_blob_is_written_again_into_the_same_memory_once_returned():
+    """The reference's expected outputs: a memfd kept and rewritten after the parent has read it,
+    one of another size made anew, and only as many bytes kept as the pool allows."""
+    pool = wire.BlobPool(max_bytes=2**20)
+    first = torch.arange(1000, dtype=torch.float32)
+    fd = pool.write(3, [first])
+    inode = os.fstat(fd).st_ino
+    assert torch.equal(_read(fd, pooled=True)[0], first)
+    pool.returned()
+    second = torch.arange(1000, 2000, dtype=torch.float32)
+    fd = pool.write(3, [second])
+    assert os.fstat(fd).st_ino == inode and torch.equal(_read(fd, pooled=True)[0], second)
+    other = pool.write(3, [torch.zeros(10)])
+    assert os.fstat(other).st_ino != inode
+    os.close(other)
+    large = pool.write(3, [torch.zeros(2**19)])  # 2 MiB: more than the pool keeps
+    large_inode = os.fstat(large).st_ino
+    os.close(large)
+    pool.returned()
+    assert all(os.fstat(fd).st_ino != large_inode for fds in pool.free.values() for fd in fds)
+    assert sum(len(fds) for fds in pool.free.values()) == 2
+    pool.close()
+    assert not pool.free and not pool.lent
+
+
+def test_a_pooled_blob_is_never_taken_for_a_sealed_one():
+    """A pooled blob can be written again: a reader that needs bytes no one can change later (a
+    rank staging its inputs) refuses it; and it can never be resized."""
+    pool = wire.BlobPool(max_bytes=2**20)
+    fd = pool.write(1, [torch.ones(100)])
+    with pytest.raises(wire.WireError, match="not sealed against writes"):
+        wire.Blob(fd, 2**30)
+    with pytest.raises(OSError):
+        os.ftruncate(fd, 10)
+    os.close(fd)
+    pool.close()
