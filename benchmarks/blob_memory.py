@@ -80,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
                                                               MADV_POPULATE_WRITE), spans))  # ctypes lets go of the GIL
             if any(results):
                 raise OSError(ctypes.get_errno(), "madvise(MADV_POPULATE_WRITE) failed")
-            del base
             region.close()
             os.close(fd)
         return populate
