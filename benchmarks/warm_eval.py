@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     command += ["--allow-nccl"] if args.allow_nccl else []
     command += ["--size", args.size] if args.size else []
     command += ["--timing-precision", str(args.timing_precision)] if args.timing_precision is not None else []
-    rows, breakdowns = [], []
+    rows, breakdowns, details = [], [], []
     with tempfile.TemporaryDirectory(prefix="kloop-warm-eval-") as folder:
         gpus = ["--gpus", "0", "--cpu-slots", "1"] if args.device == "cuda" else ["--gpus", "", "--cpu-slots", "1"]
         server, token = start_server(Path(folder) / "store.db", args.port, gpus)
@@ -71,8 +71,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label}: {report['status']} in {wall:.2f} s (harness {report.get('wall_s')} s), speedup {report.get('speedup')}",
                       flush=True)
                 spent = report.get("harness_breakdown_s") or {}
+                timing = {key: report.get(key) for key in ("speedup_ci", "reference_alone_ms", "timing_check", "notes")}
+                timing["reference_ms"] = (report.get("reference_timing") or {}).get("median_ms")
+                timing["candidate_ms"] = (report.get("candidate_timing") or {}).get("median_ms")
                 breakdowns.append({"run": label, **spent})
+                details.append({"run": label, **timing})
                 print("   where: " + ", ".join(f"{kind} {s:.2f}" for kind, s in list(spent.items())[:10]), flush=True)
+                print(f"   timing: reference {timing['reference_ms']} ms (alone {timing['reference_alone_ms']}), candidate "
+                      f"{timing['candidate_ms']} ms, interval {timing['speedup_ci']}", flush=True)
+                for note in timing["notes"] or []:
+                    print(f"   note: {note[:300]}", flush=True)
         finally:
             stop_server(server)
     print_table(f"warm eval through kloop serve: {args.problem}, {args.candidate.name}, {args.device}, world {args.world} "
@@ -82,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         median = statistics.median(warm)
         print(f"warm median {median:.2f} s over {len(warm)} (max {max(warm):.2f} s): goal {'met' if median <= GOAL_S else 'not met'}")
     if args.json:
-        args.json.write_text(json.dumps({"runs": rows, "harness_breakdown_s": breakdowns}, indent=2))
+        args.json.write_text(json.dumps({"runs": rows, "harness_breakdown_s": breakdowns, "timing": details}, indent=2))
     return 0 if all(r["status"] == "correct" for r in rows) else 1
 
 

@@ -26,3 +26,6 @@ def test_warm_evaluations_through_the_server_are_timed_command_to_report(tmp_pat
     assert "warm median" in result.stdout and "goal" in result.stdout
     where = written["harness_breakdown_s"][1]  # where the warm run's harness time went, by group and command
     assert where["run"] == "warm 1" and where["candidate call"] > 0 and where["reference make"] > 0
+    timing = written["timing"][1]  # what the speedup was read from, for a run that reads oddly
+    assert timing["run"] == "warm 1" and timing["reference_ms"] > 0 and timing["candidate_ms"] > 0
+    assert "   timing: reference" in result.stdout
