@@ -11,11 +11,10 @@ counts. Two schemes, one per group (:func:`scheme`):
   able to make it from their own parts and a few digests of the others' (see
   :func:`tensor_digest`), which a parallel hash on the device would allow.
 - ``tree`` (a group of one rank in cuda mode, where no other rank holds any part): a Merkle tree of
-  SHA-256 over 8 KiB leaves, each salted with the call's secret, hashed on the device where the
-  bytes are (:file:`leaf_sha256.cu`), so a call's commitment costs a fraction of a millisecond
-  instead of a copy of every byte to the host and a host SHA-256 of them (about 20-25 ms a call
-  at 64 MB on the H200), and the parent's clock resolves work hidden after the timer that much
-  finer.
+  SHA-256 over 8 KiB leaves, hashed on the device where the bytes are (:file:`leaf_sha256.cu`),
+  so a call's commitment costs a fraction of a millisecond instead of a copy of every byte to the
+  host and a host SHA-256 of them (about 20-25 ms a call at 64 MB on the H200), and the parent's
+  clock resolves work hidden after the timer that much finer.
 
 Imported by rank processes: the standard library and torch only (lazily).
 """
@@ -37,7 +36,6 @@ STRIPE_BLOCKS = 4093  # ...column by column (tensor_digest); a prime, so no powe
 STRIPE_BYTES = STRIPE_BLOCK_BYTES * STRIPE_BLOCKS
 TREE_LEAF_BYTES = 8192  # a tree digest's leaf; a multiple of SHA-256's 64-byte block
 TREE_PREFIX = b"kloop-tree-sha256"
-TREE_SALT_PREFIX = b"kloop-tree-leaf"  # a leaf's salt block: SHA-256 of this and the call's secret, then 32 zero bytes
 SCHEMES = ("transposed", "tree")
 _digest_pool = None
 _staging: dict[str, Any] = {}
@@ -60,9 +58,9 @@ def commitment(tensors: list, scheme: str = "transposed", nonce: bytes = b"") ->
     half of the harness's work in a call (10 ms at 64 MB on the H200 host), and a rank that hashed
     it while earlier calls ran on the device had that much time to hide work after its timer,
     inside the reference's unclaimed time (tests/fixtures/hostile/precomputed_input_digests.py). In
-    the tree scheme every leaf's SHA-256 starts from a block made from it (tree_salt_precomputed.py:
-    the leaves of a call's inputs, 0.3 ms a call at 64 MiB, hashed while the round was staged)."""
-    digest = (lambda tensor: tree_digest(tensor, nonce)) if scheme == "tree" else (lambda tensor: tensor_digest(tensor, nonce))
+    the tree scheme (one rank, hashed on the device in a fraction of a millisecond) the nonce binds
+    the root only."""
+    digest = tree_digest if scheme == "tree" else (lambda tensor: tensor_digest(tensor, nonce))
     parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), digest(t)] for t in tensors]
     return hashlib.sha256(nonce + json.dumps(parts).encode()).hexdigest()[:32]
 
@@ -124,62 +122,47 @@ def _committed_bytes(tensor) -> memoryview:
 
 
 # ---------------------------------------------------------------------------- tree
-def tree_digest(tensor, nonce: bytes = b"") -> str:
+def tree_digest(tensor) -> str:
     """SHA-256 of a prefix, the byte length and the top level of a tree of SHA-256: the bytes are
     cut into 8 KiB leaves, a level is the concatenated digests of the leaves of the one below, up
-    to the first level of at most one leaf. Every leaf is hashed after a 64-byte salt block made
-    from ``nonce`` (:func:`tree_salt`), so that no leaf's digest can be made before the call's
-    secret is known. Hashed on the device for a CUDA tensor, on the host (here, and the parent's
-    re-hash) otherwise; both give the same digest."""
+    to the first level of at most one leaf. Hashed on the device for a CUDA tensor, on the host
+    (here, and the parent's re-hash) otherwise; both give the same digest."""
     flat = _flat_bytes(tensor)
     size = flat.numel()
-    salt = tree_salt(nonce)
     if flat.device.type == "cuda":
-        level = _device_top_level(flat, salt)
+        level = _device_top_level(flat)
     else:
         level = _tensor_bytes(flat)
         while len(level) > TREE_LEAF_BYTES:
-            level = _host_leaf_digests(level, salt)
-    return hashlib.sha256(TREE_PREFIX + salt + struct.pack("<QI", size, TREE_LEAF_BYTES) + bytes(level)).hexdigest()
+            level = _host_leaf_digests(level)
+    return hashlib.sha256(TREE_PREFIX + struct.pack("<QI", size, TREE_LEAF_BYTES) + bytes(level)).hexdigest()
 
 
-def tree_salt(nonce: bytes) -> bytes:
-    """The block every leaf of a tree digest is hashed after: one whole SHA-256 block, so that the
-    device starts each leaf from the state it leaves (leaf_sha256.cu)."""
-    return hashlib.sha256(TREE_SALT_PREFIX + nonce).digest() + bytes(32)
-
-
-def _host_leaf_digests(data: memoryview, salt: bytes) -> bytes:
-    """The concatenated SHA-256s of ``data``'s leaves, each after ``salt``, hashed in parallel in 8 MiB spans."""
+def _host_leaf_digests(data: memoryview) -> bytes:
+    """The concatenated SHA-256s of ``data``'s leaves, hashed in parallel in 8 MiB spans."""
     span = DIGEST_CHUNK_BYTES
-    salted = hashlib.sha256(salt)
-
-    def leaf_digest(leaf) -> bytes:
-        digest = salted.copy()
-        digest.update(leaf)
-        return digest.digest()
 
     def leaves(start: int) -> bytes:
         end = min(start + span, len(data))
-        return b"".join(leaf_digest(data[i:min(i + TREE_LEAF_BYTES, end)]) for i in range(start, end, TREE_LEAF_BYTES))
+        return b"".join(hashlib.sha256(data[i:min(i + TREE_LEAF_BYTES, end)]).digest()
+                        for i in range(start, end, TREE_LEAF_BYTES))
 
     starts = range(0, len(data), span)
     return b"".join(_pool().map(leaves, starts)) if len(starts) > 1 else leaves(0)
 
 
-def _device_top_level(flat, salt: bytes) -> bytes:
+def _device_top_level(flat) -> bytes:
     """The tree's top level, reduced level by level on the device: one kernel launch a level, and
     only the last (at most 8 KiB) copied to the host."""
     import torch
 
     level = flat if flat.data_ptr() % 4 == 0 else flat.clone()  # the kernel reads 4-byte words
-    salt_block = torch.frombuffer(bytearray(salt), dtype=torch.uint8).to(level.device)
     kernel = _leaf_kernel()
     while level.numel() > TREE_LEAF_BYTES:
         leaves = -(-level.numel() // TREE_LEAF_BYTES)
         tail = level.numel() - (leaves - 1) * TREE_LEAF_BYTES
         digests = torch.empty(leaves * 32, dtype=torch.uint8, device=level.device)
-        kernel(grid=(-(-leaves // 128), 1, 1), block=(128, 1, 1), args=[level, leaves, TREE_LEAF_BYTES, tail, salt_block, digests])
+        kernel(grid=(-(-leaves // 128), 1, 1), block=(128, 1, 1), args=[level, leaves, TREE_LEAF_BYTES, tail, digests])
         level = digests
     return level.cpu().numpy().tobytes()
 

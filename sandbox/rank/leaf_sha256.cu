@@ -1,10 +1,9 @@
-// SHA-256 of every leaf of a byte buffer, each preceded by the same 64-byte salt block, one thread
-// a leaf: the device side of sandbox/rank/commitment.py's tree digest. Leaf i is bytes
-// [i * leaf_bytes, (i + 1) * leaf_bytes) except the last, which holds `tail` bytes (1..leaf_bytes).
-// Its 32-byte digest, hashlib's sha256(salt + leaf).digest(), is written to out + 32 * i. `data`
-// and `salt` are 4-byte aligned and leaf_bytes a multiple of 64. With KLOOP_HOST_BUILD defined the
-// same functions are built for the host, so that they can be checked against hashlib where there is
-// no GPU (tests/sandbox/rank/test_commitment.py).
+// SHA-256 of every leaf of a byte buffer, one thread a leaf: the device side of
+// sandbox/rank/commitment.py's tree digest. Leaf i is bytes [i * leaf_bytes, (i + 1) * leaf_bytes)
+// except the last, which holds `tail` bytes (1..leaf_bytes). Its 32-byte digest is written to
+// out + 32 * i, in the byte order of hashlib's digest(). `data` is 4-byte aligned and leaf_bytes a
+// multiple of 64. With KLOOP_HOST_BUILD defined the same functions are built for the host, so that
+// they can be checked against hashlib where there is no GPU (tests/sandbox/rank/test_commitment.py).
 
 #ifndef KLOOP_HOST_BUILD
 #define KLOOP_HD __device__ __forceinline__
@@ -52,16 +51,11 @@ KLOOP_HD void kloop_compress(unsigned int h[8], unsigned int w[16]) {
     h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += k;
 }
 
-// SHA-256 of the 64 bytes at `salt` followed by `len` bytes at `p` (both 4-byte aligned), written
-// big-endian to `out`.
-KLOOP_HD void kloop_sha256(const unsigned char* salt, const unsigned char* p, unsigned int len, unsigned char* out) {
+// SHA-256 of `len` bytes at `p` (4-byte aligned), written big-endian to `out`.
+KLOOP_HD void kloop_sha256(const unsigned char* p, unsigned int len, unsigned char* out) {
     unsigned int h[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au,
                          0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
     unsigned int w[16];
-    const unsigned int* salt_words = (const unsigned int*)salt;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = kloop_bswap(salt_words[i]);
-    kloop_compress(h, w);
     const unsigned int* words = (const unsigned int*)p;
     unsigned int full = len / 64;
     for (unsigned int block = 0; block < full; ++block) {
@@ -72,7 +66,7 @@ KLOOP_HD void kloop_sha256(const unsigned char* salt, const unsigned char* p, un
     // the rest, the 0x80 byte, zeros and the bit length: one block, or two when the rest is 56 bytes or more
     unsigned int rest = len - full * 64;
     const unsigned char* tail = p + full * 64;
-    unsigned long long bits = ((unsigned long long)len + 64ull) * 8ull;
+    unsigned long long bits = (unsigned long long)len * 8ull;
     for (unsigned int block = 0; block < (rest >= 56 ? 2u : 1u); ++block) {
         for (int i = 0; i < 16; ++i) {
             unsigned int word = 0;
@@ -99,18 +93,18 @@ KLOOP_HD void kloop_sha256(const unsigned char* salt, const unsigned char* p, un
 
 #ifndef KLOOP_HOST_BUILD
 extern "C" __global__ void kloop_leaf_sha256(const unsigned char* data, int leaves, int leaf_bytes, int tail,
-                                             const unsigned char* salt, unsigned char* out) {
+                                             unsigned char* out) {
     int leaf = blockIdx.x * blockDim.x + threadIdx.x;
     if (leaf >= leaves) return;
     unsigned int len = leaf == leaves - 1 ? (unsigned int)tail : (unsigned int)leaf_bytes;
-    kloop_sha256(salt, data + (unsigned long long)leaf * (unsigned long long)leaf_bytes, len, out + 32ull * leaf);
+    kloop_sha256(data + (unsigned long long)leaf * (unsigned long long)leaf_bytes, len, out + 32ull * leaf);
 }
 #else
 extern "C" void kloop_leaf_sha256_host(const unsigned char* data, int leaves, int leaf_bytes, int tail,
-                                       const unsigned char* salt, unsigned char* out) {
+                                       unsigned char* out) {
     for (int leaf = 0; leaf < leaves; ++leaf) {
         unsigned int len = leaf == leaves - 1 ? (unsigned int)tail : (unsigned int)leaf_bytes;
-        kloop_sha256(salt, data + (unsigned long long)leaf * (unsigned long long)leaf_bytes, len, out + 32ull * leaf);
+        kloop_sha256(data + (unsigned long long)leaf * (unsigned long long)leaf_bytes, len, out + 32ull * leaf);
     }
 }
 #endif

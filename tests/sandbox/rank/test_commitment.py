@@ -104,39 +104,22 @@ def test_the_schemes_differ_and_each_group_gets_one():
     assert commitment.scheme(1, "cpu") == commitment.scheme(1, "emulate") == "transposed"
 
 
-def _tree(data: bytes, nonce: bytes = b"") -> str:
-    """The tree digest written out plainly: every leaf hashed after the call's salt block."""
+def _tree(data: bytes) -> str:
+    """The tree digest written out plainly."""
     level, leaf = data, commitment.TREE_LEAF_BYTES
-    salt = hashlib.sha256(commitment.TREE_SALT_PREFIX + nonce).digest() + bytes(32)
     while len(level) > leaf:
-        level = b"".join(hashlib.sha256(salt + level[i:i + leaf]).digest() for i in range(0, len(level), leaf))
-    return hashlib.sha256(commitment.TREE_PREFIX + salt + struct.pack("<QI", len(data), leaf) + level).hexdigest()
+        level = b"".join(hashlib.sha256(level[i:i + leaf]).digest() for i in range(0, len(level), leaf))
+    return hashlib.sha256(commitment.TREE_PREFIX + struct.pack("<QI", len(data), leaf) + level).hexdigest()
 
 
 @pytest.mark.parametrize("size", [0, 1, 8191, 8192, 8193, 3 * 8192 * 256 + 5, 9 * 2**20 + 3])
 def test_the_tree_digest_on_the_host_is_the_tree_written_out(size):
     raw = torch.randint(0, 256, (size + 1,), dtype=torch.uint8)
     tensor = raw[1:]  # storage offset 1: not word-aligned
-    nonce = os.urandom(16)
-    assert commitment.tree_digest(tensor, nonce) == _tree(tensor.numpy().tobytes(), nonce)
+    assert commitment.tree_digest(tensor) == _tree(tensor.numpy().tobytes())
 
 
-def test_no_leaf_of_a_tree_digest_can_be_hashed_before_the_calls_secret():
-    """Leaves hashed ahead of the call (the inputs' leaves are known once a round is staged) and put
-    together under the call's secret: the commitment of the old tree, whose leaves were plain
-    SHA-256 (tests/fixtures/hostile/tree_salt_precomputed.py); not this one's."""
-    data = os.urandom(3 * commitment.TREE_LEAF_BYTES + 100)
-    nonce, leaf = os.urandom(16), commitment.TREE_LEAF_BYTES
-    early = b"".join(hashlib.sha256(data[i:i + leaf]).digest() for i in range(0, len(data), leaf))  # no secret yet
-    salt = commitment.tree_salt(nonce)
-    forged = hashlib.sha256(commitment.TREE_PREFIX + salt + struct.pack("<QI", len(data), leaf) + early).hexdigest()
-    tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    assert commitment.tree_digest(tensor, nonce) != forged
-    assert commitment.tree_digest(tensor, nonce) != commitment.tree_digest(tensor, os.urandom(16))
-    assert commitment.commitment([tensor], "tree", nonce) != commitment.commitment([tensor], "tree", os.urandom(16))
-
-
-def test_the_device_leaf_kernel_is_sha256_of_every_salted_leaf(tmp_path):
+def test_the_device_leaf_kernel_is_sha256_of_every_leaf(tmp_path):
     """leaf_sha256.cu built for the host (the same hashing functions the GPU runs) against
     hashlib: lengths around SHA-256's padding boundaries, whole leaves and a short last one."""
     source = Path(commitment.__file__).with_name("leaf_sha256.cu")
@@ -145,11 +128,9 @@ def test_the_device_leaf_kernel_is_sha256_of_every_salted_leaf(tmp_path):
                    check=True)
     kernel = ctypes.CDLL(str(library)).kloop_leaf_sha256_host
     leaf = commitment.TREE_LEAF_BYTES
-    salt = commitment.tree_salt(os.urandom(16))
     for size in (1, 55, 56, 63, 64, 65, 119, 120, 128, leaf - 1, leaf, leaf + 1, 5 * leaf + 56):
         data = os.urandom(size)
         leaves = -(-size // leaf)
         out = ctypes.create_string_buffer(32 * leaves)
-        kernel(ctypes.create_string_buffer(data, size), leaves, leaf, size - (leaves - 1) * leaf,
-               ctypes.create_string_buffer(salt, len(salt)), out)
-        assert out.raw == b"".join(hashlib.sha256(salt + data[i:i + leaf]).digest() for i in range(0, size, leaf)), size
+        kernel(ctypes.create_string_buffer(data, size), leaves, leaf, size - (leaves - 1) * leaf, out)
+        assert out.raw == b"".join(hashlib.sha256(data[i:i + leaf]).digest() for i in range(0, size, leaf)), size
