@@ -56,6 +56,9 @@ class HarnessConfig(BaseModel):
     rank_memory_gib: float | None = Field(None, gt=0, description="host memory (resident, with whatever it forks) a "
                                           "candidate rank may hold before the harness stops it; default: 32 GiB, or less "
                                           "where the host has less (3/4 of it shared by the ranks, at least 4 GiB)")
+    workdir_gib: float | None = Field(None, gt=0, description="what the candidate's processes may write to their work folder "
+                                      "(with files they deleted and hold open) before the harness stops them; default: 8 GiB, "
+                                      "or an eighth of the host's memory where that is less (the folder may be a tmpfs)")
     cache_dir: Path | None = None
     timeouts: StageTimeouts = Field(default_factory=StageTimeouts)
 
@@ -69,6 +72,11 @@ class HarnessConfig(BaseModel):
 
         share = 0.75 * psutil.virtual_memory().total / self.world
         return int(max(min(DEFAULT_RANK_MEMORY_GIB * 2**30, share), MIN_RANK_MEMORY_GIB * 2**30))
+
+    def workdir_bytes(self) -> int:
+        from sandbox.jail.spec import default_tmpfs_bytes
+
+        return int(self.workdir_gib * 2**30) if self.workdir_gib is not None else default_tmpfs_bytes()
 
     def resolved_timing_precision(self) -> float:
         if self.timing_precision is not None:

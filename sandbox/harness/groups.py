@@ -233,11 +233,13 @@ class RankGroup:
         where = "" if code is None else f"; its group's launcher exited with code {code}"
         return f"rank {rank} ended without answering (killed, out of memory, or os._exit){where}"
 
-    def watch_memory(self, limit_bytes: int) -> None:
-        """Stop any rank whose processes hold more than ``limit_bytes`` of host memory
+    def watch_memory(self, limit_bytes: int, workdir_bytes: int | None = None) -> None:
+        """Stop any rank whose processes hold more than ``limit_bytes`` of host memory, and the
+        whole group once its work folder holds more than ``workdir_bytes``
         (sandbox/harness/memory_watch.py); ``stopped_for`` then says which and how much."""
         if self.memory_watch is None and not self.closed:
-            self.memory_watch = MemoryWatch(self.process.pid, self.world, limit_bytes, self._stopped).start()
+            workdir = (str(self.workdir), workdir_bytes) if self.workdir is not None and workdir_bytes else None
+            self.memory_watch = MemoryWatch(self.process.pid, self.world, limit_bytes, self._stopped, workdir).start()
 
     def _stopped(self, reason: str) -> None:
         self.stopped_for = reason

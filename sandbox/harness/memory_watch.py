@@ -17,11 +17,21 @@ need not be resident in any process (a mapped one may count twice). Files a rank
 jail's private /tmp or /dev/shm are bounded by their tmpfs size (sandbox/jail/spec.py). Not seen:
 memory held where no process of the tree names it (a descriptor in flight on a socket, SysV
 shared memory in the jail's IPC namespace); a memory cgroup per group would bound those too.
+
+The group's work folder, the one host folder it may write, has no such bound of its own (a file
+may be 16 GiB, and there may be any number of them: the host's disk, or its memory where the
+folder is on a tmpfs). So every ``RESCAN_S`` the watch also adds up what the folder holds (blocks
+allocated, so a sparse file counts what it really takes), with the files on its filesystem that a
+process of the group deleted and still holds open; over the limit (``HarnessConfig.workdir_gib``),
+or with more than ``MAX_WORKDIR_ENTRIES`` entries to count, the whole group is killed and the
+verdict says why; the pipeline checks once more before a verdict of ``correct``
+(tests/fixtures/hostile/fill_the_work_folder.py).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from typing import Callable
 
@@ -32,6 +42,7 @@ log = structlog.get_logger(__name__)
 
 POLL_S = 0.1
 RESCAN_S = 1.0
+MAX_WORKDIR_ENTRIES = 200_000  # files and folders in a work folder: beyond, counting them is the attack
 RANK_MARKER = "sandbox.rank"  # in the command line of the candidate's zygote, and so of every rank it forks
 GIB = 2**30
 
@@ -40,9 +51,12 @@ class MemoryWatch:
     """Watches the tree under ``root_pid`` (a candidate group's jail) until :meth:`stop`; calls
     ``on_exceeded(message)`` once, after stopping the offender."""
 
-    def __init__(self, root_pid: int, world: int, limit_bytes: int, on_exceeded: Callable[[str], None]):
+    def __init__(self, root_pid: int, world: int, limit_bytes: int, on_exceeded: Callable[[str], None],
+                 workdir: tuple[str, int] | None = None):
+        """``workdir``: the group's work folder and the bytes it may hold, when those are watched too."""
         self.root_pid, self.world, self.limit_bytes = root_pid, world, limit_bytes
         self.on_exceeded = on_exceeded
+        self.workdir = workdir
         self.peak_bytes = [0] * world
         self._ranks: list[psutil.Process] = []
         self._trees: list[list[psutil.Process]] = []
@@ -71,6 +85,8 @@ class MemoryWatch:
                 if elapsed - scanned >= RESCAN_S:
                     self._scan()
                     scanned = elapsed
+                    if self.check_workdir():
+                        return
                 if self._check():
                     return
             except Exception as error:  # noqa: BLE001 - a watch that fails must not end the evaluation
@@ -114,6 +130,33 @@ class MemoryWatch:
             self._exceeded("processes the candidate started outside its ranks", self._strays, used)
             return True
         return False
+
+    def check_workdir(self) -> bool:
+        """Whether the work folder is over its limit (the group then stopped and ``on_exceeded``
+        told): every RESCAN_S from the watch's thread, and once more when an evaluation ends,
+        which a short one may do between two of those."""
+        if self.workdir is None:
+            return False
+        folder, limit = self.workdir
+        everyone = descendants(self.root_pid)  # found now: the last scan may be older than what was written since
+        used, entries = _folder_bytes(folder)
+        if entries <= MAX_WORKDIR_ENTRIES:
+            used += _deleted_files_held(everyone, folder)
+            if used <= limit:
+                return False
+            what = f"more than {limit / GIB:g} GiB to its work folder ({used / GIB:.2f} GiB"
+        else:
+            what = f"more than {MAX_WORKDIR_ENTRIES} files and folders to its work folder ({entries} counted"
+        message = (f"the candidate's processes wrote {what}, with the files they deleted and still held open, when the harness "
+                   "stopped them; the limit is workdir_gib in the harness config)")
+        log.info("candidate over its work folder limit", used_bytes=used, entries=entries, limit_bytes=limit)
+        self.on_exceeded(message)
+        for process in everyone:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        return True
 
     def _exceeded(self, who: str, tree: list[psutil.Process], used: int) -> None:
         message = (f"{who} used more than {self.limit_bytes / GIB:g} GiB of host memory ({used / GIB:.2f} GiB resident when "
@@ -194,6 +237,58 @@ def _held_files(processes: list[psutil.Process]) -> int:
             except OSError:
                 continue
             if (found.st_dev, found.st_ino) not in seen:
+                seen.add((found.st_dev, found.st_ino))
+                total += found.st_blocks * 512
+    return total
+
+
+def _folder_bytes(folder: str) -> tuple[int, int]:
+    """Bytes allocated to what ``folder`` holds (each file once), and how many entries were counted:
+    the count stops past MAX_WORKDIR_ENTRIES. Links are not followed."""
+    seen, total, entries = set(), 0, 0
+    pending = [folder]
+    while pending and entries <= MAX_WORKDIR_ENTRIES:
+        try:
+            scanner = os.scandir(pending.pop())
+        except OSError:
+            continue
+        with scanner:
+            for entry in scanner:
+                entries += 1
+                try:
+                    found = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif (found.st_dev, found.st_ino) not in seen:
+                    seen.add((found.st_dev, found.st_ino))
+                    total += found.st_blocks * 512
+    return total, entries
+
+
+def _deleted_files_held(processes: list[psutil.Process], folder: str) -> int:
+    """Bytes of the deleted files on ``folder``'s filesystem that ``processes`` hold open, each once."""
+    try:
+        device = os.stat(folder).st_dev
+    except OSError:
+        return 0
+    seen, total = set(), 0
+    for process in processes:
+        fds = f"/proc/{process.pid}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:
+            continue
+        for name in names:
+            path = f"{fds}/{name}"
+            try:
+                if not os.readlink(path).endswith(" (deleted)"):
+                    continue
+                found = os.stat(path)
+            except OSError:
+                continue
+            if found.st_dev == device and stat.S_ISREG(found.st_mode) and (found.st_dev, found.st_ino) not in seen:
                 seen.add((found.st_dev, found.st_ino))
                 total += found.st_blocks * 512
     return total

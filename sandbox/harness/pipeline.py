@@ -111,6 +111,7 @@ class Evaluation:
             self._timed_stage("recheck", self._recheck)
             if self.config.is_profiled():
                 self._timed_stage("profile", self._profile)
+            self._check_work_folder()
             self.report.stage = "done"
             self.report.status = "correct"
             self.report.message = self._success_message()
@@ -138,6 +139,14 @@ class Evaluation:
             self.report.harness_breakdown_s = self._breakdown()
             self.report.wall_s = round(time.monotonic() - started, 3)
         return self.report
+
+    def _check_work_folder(self) -> None:
+        """The candidate's work folder against its limit once more before a verdict: the watch
+        reads it once a second (sandbox/harness/memory_watch.py), and a short evaluation can end
+        between two reads with the folder over it (tests/fixtures/hostile/fill_the_work_folder.py)."""
+        watch = self.candidate.memory_watch
+        if watch is not None and watch.check_workdir():
+            raise Verdict("crashed", self.candidate.stopped_for or "the candidate's work folder is over its limit")
 
     def _breakdown(self) -> dict[str, float]:
         spent = {f"parent {kind}": s for kind, s in self.parent_spent_s.items()}
@@ -189,7 +198,7 @@ class Evaluation:
             self.device_name = gpu_model_name() or "unknown-gpu"
         self.reference, self.candidate = self.group_source.acquire(self)
         self.groups = [self.reference, self.candidate]
-        self.candidate.watch_memory(config.rank_memory_bytes())
+        self.candidate.watch_memory(config.rank_memory_bytes(), config.workdir_bytes())
         self.candidate_dir = self.candidate.workdir
         shutil.copyfile(self.workdir / config.solution, self.candidate_dir / "solution.py")
         # delivered where the ranks can read but not write: in their own work dir the parent (root) would

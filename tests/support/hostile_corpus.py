@@ -41,6 +41,7 @@ class Fixture:
     message: str | None = None
     known_hole: str | None = None  # a breach this judge cannot stop yet (the reason): the test is a strict xfail
     rank_memory_gib: float | None = None  # the harness's host-memory limit per rank, where the fixture needs a small one
+    workdir_gib: float | None = None  # what the candidate's work folder may hold, where the fixture needs a small limit
     summary: str = field(default="", compare=False)
 
     @property
@@ -68,6 +69,7 @@ def load(path: Path) -> Fixture:
         device=head.get("device", "cpu"), size=head.get("size"),
         timed=expect == "not-fast" or head.get("timed") == "yes", message=head.get("message"), known_hole=head.get("known-hole"), summary=first,
         rank_memory_gib=float(head["rank-memory-gib"]) if "rank-memory-gib" in head else None,
+        workdir_gib=float(head["workdir-gib"]) if "workdir-gib" in head else None,
     )
 
 
@@ -86,6 +88,8 @@ def config(fixture: Fixture, world: int, device: str | None = None, **overrides)
                 timeouts=StageTimeouts(startup_s=180, build_s=180, correctness_s=90, performance_s=180, profile_s=90))
     if fixture.rank_memory_gib is not None:
         base["rank_memory_gib"] = fixture.rank_memory_gib
+    if fixture.workdir_gib is not None:
+        base["workdir_gib"] = fixture.workdir_gib
     return HarnessConfig(**{**base, **overrides})
 
 

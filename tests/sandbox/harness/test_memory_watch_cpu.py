@@ -119,3 +119,64 @@ def test_the_watch_stops_a_tree_over_the_limit(how, tmp_path):
                 pass
         root.kill()
         root.wait()
+
+
+WRITER = """
+import os, sys, time
+chunk = os.urandom(2**20)
+with open("visible.bin", "wb") as visible:
+    visible.write(chunk * 96)
+hidden = open("hidden.bin", "wb")
+hidden.write(chunk * int(sys.argv[1]))
+hidden.flush()
+os.unlink("hidden.bin")
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("hidden_mib, stopped", [(96, True), (8, False)])
+def test_the_watch_adds_up_the_work_folder_and_the_deleted_files_held_open(hidden_mib, stopped, tmp_path):
+    """A rank's visible files under the limit, and as much again in a file it deleted and holds
+    open: the group is stopped, with a message that says why; the control holds less."""
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "sandbox" / "__init__.py").write_text("")
+    (tmp_path / "sandbox" / "rank.py").write_text(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {WRITER!r}, {str(hidden_mib)!r}])\n")
+    root = subprocess.Popen([sys.executable, "-c", ROOT, str(tmp_path)], start_new_session=True)
+    said: list[str] = []
+    done = threading.Event()
+    watch = MemoryWatch(root.pid, 1, 8 * 2**30, lambda message: (said.append(message), done.set()),
+                        workdir=(str(tmp_path), 160 * 2**20)).start()
+    try:
+        assert done.wait(8) is stopped, said
+        if stopped:
+            assert said[0].startswith("the candidate's processes wrote more than 0.15625 GiB to its work folder"), said
+            assert "workdir_gib" in said[0]
+            time.sleep(0.5)
+            assert not [p for p in psutil.Process(root.pid).children(recursive=True) if "time.sleep" in " ".join(p.cmdline())]
+    finally:
+        watch.stop()
+        for process in psutil.Process(root.pid).children(recursive=True):
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        root.kill()
+        root.wait()
+
+
+def test_a_work_folder_of_too_many_entries_counts_as_full(tmp_path, monkeypatch):
+    from sandbox.harness import memory_watch
+
+    for index in range(30):
+        (tmp_path / f"f{index}").write_bytes(b"x")
+    assert memory_watch._folder_bytes(str(tmp_path))[1] == 30
+    monkeypatch.setattr(memory_watch, "MAX_WORKDIR_ENTRIES", 10)
+    said: list[str] = []
+    root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # a tree of one: nothing of it to stop
+    try:
+        watch = MemoryWatch(root.pid, 1, 2**30, said.append, workdir=(str(tmp_path), 2**30))
+        assert watch.check_workdir() and "more than 10 files and folders" in said[0]
+    finally:
+        root.kill()
+        root.wait()
