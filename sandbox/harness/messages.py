@@ -48,6 +48,7 @@ class Ready(Reply):
     overhead_ms: Millis
     device_barrier: bool
     backend: Line
+    flushes: int = Field(ge=0, le=64)  # L2 flushes that keep its GPU busy about 2 ms (0: no GPU flush)
 
 
 class Loaded(Reply):

@@ -210,13 +210,10 @@ class Evaluation:
         importing = threading.Thread(target=_import_torch, args=(self._scheme == "tree",), daemon=True)
         importing.start()
         if self.reference.overheads is None:
-            ready = self._expect(self.reference.collect(m.Ready, config.timeouts.startup_s, "reference start-up"), "reference")
-            self.reference.overheads = [a.reply.overhead_ms for a in ready]
-            self.reference.device_barrier = all(a.reply.device_barrier for a in ready)
+            self.reference.took_ready(self._expect(self.reference.collect(m.Ready, config.timeouts.startup_s, "reference start-up"),
+                                                   "reference"))
         if self.candidate.overheads is None:
-            ready = self._candidate(self.candidate.collect(m.Ready, config.timeouts.startup_s, "start-up"))
-            self.candidate.overheads = [a.reply.overhead_ms for a in ready]
-            self.candidate.device_barrier = all(a.reply.device_barrier for a in ready)
+            self.candidate.took_ready(self._candidate(self.candidate.collect(m.Ready, config.timeouts.startup_s, "start-up")))
         importing.join()
         if config.device == "cuda" and config.world > 1 and not (self.reference.device_barrier and self.candidate.device_barrier):
             self.report.notes.append("ranks were aligned by the harness's messages only (no device barrier): timings of short "
@@ -305,7 +302,7 @@ class Evaluation:
                         started = time.perf_counter()
                         answers = self._checked(group, group.ask(
                             {"type": "calibrate", "round": round_id, "index": index, "output_bytes": output_bytes, "flush": True,
-                             "nonce": calls[index].nonce.hex()},
+                             "flushes": self._flushes, "nonce": calls[index].nonce.hex()},
                             m.Calibrated, self.config.timeouts.correctness_s, "calibration"))
                         record.wall_ms.append((time.perf_counter() - started) * 1000.0)
                         record.claimed_ms.append([a.reply.ms for a in answers])
@@ -401,7 +398,7 @@ class Evaluation:
         """One timed call on every rank: (claimed ms per rank, commitments per rank, the parent's wall ms)."""
         started = time.perf_counter()
         answers = group.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng, "nonce": call.nonce.hex(),
-                             "flush": flush}, m.Done,
+                             "flush": flush, "flushes": self._flushes}, m.Done,
                             self.config.timeouts.correctness_s, stage)
         wall = (time.perf_counter() - started) * 1000.0
         done = self._checked(group, answers)
@@ -612,6 +609,20 @@ class Evaluation:
         """How the candidate's ranks commit to a call's outputs (sandbox/rank/commitment.py)."""
         return commitment.scheme(self.config.world, self.config.device)
 
+    @property
+    def _flushes(self) -> int:
+        """L2 flushes before a timed call, in both groups: the reference's measure (the candidate's
+        processes measure their own too, and an honest one that counted a few more read as slower
+        on the parent's clock by that much)."""
+        return self.reference.flushes
+
+    @property
+    def _l2_policy(self) -> str:
+        if self.config.device != "cuda":
+            return "not flushed (cpu)"
+        measured = "" if self.candidate.flushes == self._flushes else f"; the candidate's processes measured {self.candidate.flushes}"
+        return f"flushed before every call ({self._flushes} times in both groups, the GPU busy about 2 ms{measured})"
+
     @functools.cached_property
     def _empty_interval_ms(self) -> list[float]:
         return timing.empty_interval(self.reference.overheads, self.candidate.overheads)
@@ -683,7 +694,7 @@ class Evaluation:
                       min_ms=round(min(steps), 6), per_rank_median_ms=[round(v, 6) for v in series.per_rank_medians()],
                       iterations=len(steps), warmup=min(max(self.config.warmup, 1), len(series.rounds[0].wall_ms)),
                       input_sets=len(steps), sync_overhead_ms=round(max(series.overheads_ms), 6), rounds=len(series.rounds),
-                      l2_policy="flushed before every call" if self.config.device == "cuda" else "not flushed (cpu)")
+                      l2_policy=self._l2_policy)
 
     def _roofline(self, cand: Timing) -> None:
         if self.config.device != "cuda":

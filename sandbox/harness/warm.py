@@ -326,8 +326,7 @@ class WarmGroups:
             except Exception:  # noqa: BLE001 - a timeout: not ready
                 answers = []
             if answers and all(isinstance(a, Answer) for a in answers) and not group.closed:
-                group.overheads = [a.reply.overhead_ms for a in answers]
-                group.device_barrier = all(a.reply.device_barrier for a in answers)
+                group.took_ready(answers)
                 entry.ready = True
             else:
                 _end_candidate(group)

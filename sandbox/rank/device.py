@@ -16,6 +16,7 @@ from typing import Any
 
 L2_FLUSH_BYTES = 256 * 2**20  # > 2x the L2 of any current NVIDIA GPU (H200: 60 MB, B200: 126 MB)
 WARM_UP_MS = 2.0  # before a timed call the L2 flush is repeated for about this long (flush_l2)
+MAX_FLUSHES = 64
 CALIBRATION_SAMPLES = 31
 NO_COLLECTIVES_BACKEND = "kloop_no_collectives"
 
@@ -72,7 +73,8 @@ class RankDevice:
             self._event = torch.cuda.Event
             self._sync = torch.cuda.synchronize
             self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device) if mode == "cuda" else None
-            self._flushes = self._flushes_for(WARM_UP_MS) if self._flush is not None else 1
+        # how many flushes keep the GPU busy WARM_UP_MS in this process; the parent sends one count to both groups
+        self.flushes = self._flushes_for(WARM_UP_MS) if self.cuda and self._flush is not None else 0
         self.barrier = self._device_barrier() if self.cuda and mode == "cuda" and world > 1 else None
         self._store, self._barriers = store, 0
         if not collectives:
@@ -84,15 +86,18 @@ class RankDevice:
         if self.cuda:
             self._sync(self.device)
 
-    def flush_l2(self) -> None:
+    def flush_l2(self, count: int) -> None:
         """The L2 flushed before a timed call, the flush repeated for about WARM_UP_MS so that the
         GPU is busy, not idle, when the call starts: on the H200 after 20 ms idle (the harness's own
         work between calls) a flushed 64 MiB copy took 0.096 ms after one flush and 0.080-0.088 ms
         after 4 to 32 (benchmarks/timing_noise.py); with the commitment hashed on the device too,
         five jobs' speedups of one solution spread 1.58x instead of 2.87x, side by side in one
-        device call (benchmarks/timing_stability.py)."""
+        device call (benchmarks/timing_stability.py). ``count`` flushes: the parent sends the
+        reference's measure (``flushes``) to both groups, so that the harness's work in a call is
+        the same in both (each process measuring its own, an honest candidate's call could carry a
+        few flushes more than its reference's, and the clock read that difference as its work)."""
         if self.cuda and self._flush is not None:
-            for _ in range(self._flushes):
+            for _ in range(max(0, min(count, MAX_FLUSHES))):
                 self._flush.zero_()
 
     def _flushes_for(self, busy_ms: float) -> int:
@@ -110,7 +115,7 @@ class RankDevice:
             end.record()
             end.synchronize()
             per_flush_ms.append(start.elapsed_time(end) / 8)
-        return max(1, min(64, math.ceil(busy_ms / max(min(per_flush_ms), 1e-3))))
+        return max(1, min(MAX_FLUSHES, math.ceil(busy_ms / max(min(per_flush_ms), 1e-3))))
 
     def timed(self, call) -> tuple[Any, float]:
         """``call()``'s result and its time in ms: device-wide sync before and after (work on side

@@ -53,7 +53,8 @@ class RankServer:
     # ---------------------------------------------------------------- the loop
     def serve(self) -> None:
         self.channel.send({"type": "ready", "rank": self.rank, "overhead_ms": self.device.overhead_ms,
-                           "device_barrier": self.device.barrier is not None, "backend": self.device.backend})
+                           "device_barrier": self.device.barrier is not None, "backend": self.device.backend,
+                           "flushes": self.device.flushes})
         while True:
             try:
                 message, fds = self.channel.recv()
@@ -143,7 +144,7 @@ class RankServer:
         entry = current["calls"][index]
         self._prepare(message["rng"])
         if message.get("flush", True):
-            self.device.flush_l2()
+            self.device.flush_l2(int(message.get("flushes", 0)))
         result, ms = self.device.timed(lambda: self.fn(*entry["inputs"]))
         leaves = self._output_leaves(result)
         current["outputs"][index] = leaves
@@ -157,7 +158,7 @@ class RankServer:
         entry = self.rounds[message["round"]]["calls"][message["index"]]
         stand_in = self.torch.ones(int(message["output_bytes"]), dtype=self.torch.uint8, device=self.device.device)
         if message.get("flush", True):
-            self.device.flush_l2()
+            self.device.flush_l2(int(message.get("flushes", 0)))
         _, ms = self.device.timed(lambda: None)
         self._commitment([stand_in], entry["leaves"], message["nonce"])
         return {"type": "calibrated", "round": message["round"], "index": message["index"], "ms": ms}, []
