@@ -73,7 +73,7 @@ for name in "$@"; do
     extension_build) part "$name" 560 python3 benchmarks/extension_build.py --phases; sed -n '/^cold builds/,$p' "$OUT/$name.log" ;;
     reference_call) part "$name" 120 python3 benchmarks/reference_call_noise.py --processes 4 --pinned; sed -n '/^a rank/,$p' "$OUT/$name.log" ;;
     hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
-    hostile_cuda) part "$name" 330 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: |   timing check" "$OUT/$name.log" | cut -c1-700 ;;
+    hostile_cuda) part "$name" 420 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: |   timing check" "$OUT/$name.log" | cut -c1-700 ;;
     probe) part "$name" 90 python3 benchmarks/gpu_probe.py --json "$OUT/probe.json"; grep -vE "^\s*log|^      " "$OUT/$name.log" | cut -c1-300 ;;
     bash_gpu) part "$name" 560 $PYTEST tests/agent/bash/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
     oracles_w4) part "$name" 300 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -4]" ;;

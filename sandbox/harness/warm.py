@@ -36,6 +36,9 @@ PREFETCH_READY_S = 180.0
 # evaluations on a GPU host
 POOL_DEPTH = int(os.environ.get("KLOOP_WARM_DEPTH", "4"))  # the env: for A/B runs of the pool on a GPU host
 MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds memory, on a GPU a device context)
+# ranks of reference groups kept loaded between evaluations, the most recently used first: each holds a device context,
+# torch and up to 512 MiB of expected outputs a rank, and a batch over many problems would keep one group for each
+MAX_KEPT_REFERENCE_RANKS = 8
 MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for each rank of a group started ahead
 
 
@@ -126,11 +129,12 @@ class WarmGroups:
     host it left an honest candidate's calls 0.6-0.8 ms a call more unaccounted than the
     reference's, in both of a run's timings)."""
 
-    def __init__(self, root: Path, depth: int = POOL_DEPTH, max_ranks: int = MAX_POOLED_RANKS):
-        self.root, self.depth, self.max_ranks = root, depth, max_ranks
+    def __init__(self, root: Path, depth: int = POOL_DEPTH, max_ranks: int = MAX_POOLED_RANKS,
+                 max_reference_ranks: int = MAX_KEPT_REFERENCE_RANKS):
+        self.root, self.depth, self.max_ranks, self.max_reference_ranks = root, depth, max_ranks, max_reference_ranks
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self._references: dict[GroupKey, RankGroup] = {}
+        self._references: dict[GroupKey, RankGroup] = {}  # least recently used first
         self._candidates: dict[GroupKey, list[_Pending]] = {}  # oldest first
         self._used: dict[GroupKey, float] = {}  # key -> when a group of it was last taken
         self._jobs: queue.Queue = queue.Queue()  # for the starting thread
@@ -197,8 +201,10 @@ class WarmGroups:
                 with self._lock:
                     old = self._references.pop(ref_key, None)
                     self._references[ref_key] = reference
-                if old is not None:
-                    self._end(old)
+                    ended = [old, *self._excess_references_locked()]
+                for group in ended:
+                    if group is not None:
+                        self._end(group)
             else:
                 reference.close()
         # the replacement starts once this evaluation's timings are over: a start-up (torch imported by every rank)
@@ -262,6 +268,14 @@ class WarmGroups:
             self._jobs.put(("start", entry, spec))
         for entry in evicted:
             self._jobs.put(("drop", entry, None))
+
+    def _excess_references_locked(self) -> list[RankGroup]:
+        """The least recently used reference groups beyond ``max_reference_ranks`` ranks kept in
+        all, taken out (the one kept last always stays)."""
+        excess = []
+        while len(self._references) > 1 and sum(key.world for key in self._references) > self.max_reference_ranks:
+            excess.append(self._references.pop(next(iter(self._references))))
+        return excess
 
     def _evict_locked(self) -> list[_Pending]:
         """Groups of the least recently used kinds, beyond ``max_ranks`` ranks started ahead in all."""

@@ -226,3 +226,35 @@ def test_no_process_of_a_warm_harness_outlives_it(box, how):
     finally:
         warm.close()
     assert _still_running(below, wait_s=15.0) == []
+
+
+def test_a_warm_harness_keeps_only_its_most_recently_used_reference_groups(tmp_path, monkeypatch):
+    """Reference groups are kept per problem and shape up to ``max_reference_ranks`` ranks in all,
+    the most recently used: a batch over many problems does not keep a group (torch, a device
+    context, expected outputs) for each. The least recently used one beyond the limit ends."""
+    from sandbox.harness.pipeline import Evaluation
+    from sandbox.harness.warm import WarmGroups
+
+    monkeypatch.setenv("KLOOP_CACHE_DIR", str(tmp_path / "cache"))
+    groups = WarmGroups(tmp_path / "groups", depth=0, max_reference_ranks=2)
+    handed_back = []
+    try:
+        for problem in ("all_reduce", "all_gather", "reduce_scatter", "all_gather"):
+            folder = tmp_path / f"eval-{len(handed_back)}"
+            folder.mkdir()
+            evaluation = Evaluation(_config(problem=problem), folder, groups=groups)
+            reference, candidate = groups.acquire(evaluation)
+            if len(handed_back) == 3:
+                assert reference is handed_back[1][0], "a kept reference group was not reused"
+            reference.loaded = True  # as once the pipeline has loaded its module
+            evaluation.report.status = "correct"
+            groups.release(evaluation, reference, candidate)
+            handed_back.append((reference, psutil.Process(reference.process.pid)))
+        assert groups.wait_ended(30.0)
+        first, second, third = (group for group, _ in handed_back[:3])
+        assert list(groups._references.values()) == [third, second], "not the two most recently used"
+        assert first.closed and _still_running([handed_back[0][1]], wait_s=5.0) == []
+        assert not second.closed and not third.closed
+    finally:
+        groups.close()
+    assert _still_running([process for _, process in handed_back]) == []
