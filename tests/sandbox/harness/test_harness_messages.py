@@ -25,3 +25,14 @@ def test_a_profile_reply_with_device_activities_parses():
 def test_a_malformed_activity_is_a_protocol_violation(activity):
     with pytest.raises(ProtocolViolation, match="Profiled"):
         parse_reply(_profiled([activity]))
+
+
+def test_every_reply_a_rank_can_send_is_one_the_parent_parses():
+    """A reply type defined but not registered reads as a protocol violation of a trusted rank
+    (a reference's new reply did, on the H200, before this test): every Reply model in messages
+    is in REPLIES."""
+    from sandbox.harness import messages
+
+    models = {obj for obj in vars(messages).values()
+              if isinstance(obj, type) and issubclass(obj, messages.Reply) and obj is not messages.Reply}
+    assert models == set(messages.REPLIES.values())
