@@ -13,6 +13,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from sandbox.rank.device import MAX_FLUSHES
+
 MAX_TEXT = 50_000
 MAX_CALLS = 4096
 
@@ -48,7 +50,7 @@ class Ready(Reply):
     overhead_ms: Millis
     device_barrier: bool
     backend: Line
-    flushes: int = Field(ge=0, le=64)  # L2 flushes that keep its GPU busy about 2 ms (0: no GPU flush)
+    flushes: int = Field(ge=0, le=MAX_FLUSHES)  # L2 flushes that keep its GPU busy about 2 ms (0: no GPU flush)
 
 
 class Loaded(Reply):
