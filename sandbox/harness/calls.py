@@ -1,6 +1,6 @@
 """The calls of an evaluation as the parent holds them: each call's inputs on every rank (the
-sealed blobs the reference made), what the reference expects where it was asked, and what a
-candidate rank showed when asked to reveal a call.
+sealed blobs the reference made; on a GPU, device blobs with their two allocations), what the
+reference expects where it was asked, and what a candidate rank showed when asked to reveal a call.
 
 Keys, never seen by a rank, name the calls: a trial's key mixes its public seed with the host
 secret (reproducible on this host, unguessable elsewhere); timed calls take keys from a counter
@@ -67,6 +67,7 @@ class Expected:
     native_rms_err: list[float]
     native_overflowed: list[int] = field(default_factory=list)  # per output: elements only one run made non-finite
     nearly_constant_inputs: bool = False
+    originals: list = field(default_factory=list)  # the call's inputs as the reference made them, before any call
     native: list | None = None
 
     @classmethod
@@ -79,34 +80,60 @@ class Expected:
                 tensors = blob.tensors(device)
         finally:
             os.close(fd)
-        count = len(summary["shapes"])
+        count, inputs = len(summary["shapes"]), int(summary["inputs"])
+        if not 0 <= inputs <= len(tensors) - count:
+            raise wire.WireError("an expectation without the call's inputs")
         return cls(expected=tensors[:count], outputs=summary["outputs"], mutated=list(summary["mutated"]),
                    shapes=[tuple(s) for s in summary["shapes"]], dtypes=list(summary["dtypes"]),
                    native_max_abs_err=[float(v) for v in summary["native_max_abs_err"]],
                    native_rms_err=[float(v) for v in summary["native_rms_err"]],
                    native_overflowed=[int(v) for v in summary.get("native_overflowed", [])],
                    nearly_constant_inputs=bool(summary.get("nearly_constant_inputs")),
-                   native=tensors[count:] or None)
+                   originals=tensors[count:count + inputs], native=tensors[count + inputs:] or None)
+
+
+@dataclass
+class Inputs:
+    """A call's inputs on one rank, as the reference made them: a sealed blob (``blob``) of
+    ``nbytes`` tensor bytes; for a device blob, the bytes in two allocations of device memory:
+    ``lent`` goes to the candidate's rank, which may write it (no one reads it afterwards),
+    ``kept`` only ever to the reference's."""
+
+    blob: int
+    nbytes: int
+    lent: int | None = None
+    kept: int | None = None
+
+    def for_group(self, trusted: bool) -> list[int]:
+        """The descriptors a rank of the reference's group (``trusted``) or the candidate's stages from."""
+        if self.lent is None:
+            return [self.blob]
+        return [self.blob, self.kept if trusted else self.lent]
+
+    def close(self) -> None:
+        for fd in (self.blob, self.lent, self.kept):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 @dataclass
 class Call:
-    """One call: its key, RNG seed, inputs blob per rank (owned here), and the reference's
+    """One call: its key, RNG seed, inputs per rank (owned here), and the reference's
     expectation per rank where it was asked for one."""
 
     label: int  # shown in reports: trial number, or the timed call's number
     key: int
     rng: int
     nonce: bytes = field(default_factory=lambda: secrets.token_bytes(16))  # sent with the call, bound into its commitment
-    inputs: list[int] = field(default_factory=list)
+    inputs: list[Inputs] = field(default_factory=list)
     expected: list[Expected | None] = field(default_factory=list)
 
     def close(self) -> None:
-        for fd in self.inputs:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        for held in self.inputs:
+            held.close()
         self.inputs = []
 
 
@@ -129,12 +156,6 @@ class Revealed:
 
     def commitment(self, scheme: str, nonce: bytes) -> str:
         return commit_to([*self.outputs, *self.inputs], scheme, nonce)
-
-
-def original_inputs(fd: int, device: Any = None) -> list:
-    """The tensors of a call's input blob, as the reference made them (on ``device``, else the CPU)."""
-    with wire.Blob(fd, MAX_EXPECTED_BYTES) as blob:
-        return blob.tensors(device)
 
 
 def same_bytes(before: Any, after: Any) -> bool:

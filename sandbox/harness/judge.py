@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from problems.contract import ProblemSpec
-from sandbox.harness.calls import Call, Expected, Revealed, original_inputs, same_bytes
+from sandbox.harness.calls import Call, Expected, Revealed, same_bytes
 from sandbox.harness.compare import compare_outputs, error_summary
 from sandbox.harness.verdict import Verdict
 from sandbox.report import Mismatch, RankVerdict
@@ -36,7 +36,7 @@ def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[lis
                 raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the ones it committed "
                               "to when the call ended (outputs computed or changed after the timer stopped)")
             expected = call.expected[rank]
-            mismatch = _check_call(expected, shown, call.inputs[rank], spec, device, rank, call.label)
+            mismatch = _check_call(expected, shown, spec, device, rank, call.label)
             if mismatch is None and position == len(calls) - 1:
                 last_errors.append(error_summary(_on(expected, device), [x.to(device) for x in _judged(expected, shown)]))
             if mismatch is not None and first is None:
@@ -70,12 +70,11 @@ def _judged(expected: Expected, shown: Revealed) -> list:
     return [*shown.outputs, *(shown.inputs[i] for i in expected.mutated if i < len(shown.inputs))]
 
 
-def _check_call(expected: Expected, shown: Revealed, inputs_fd: int, spec: ProblemSpec, device: Any, rank: int,
-                label: int) -> Mismatch | None:
+def _check_call(expected: Expected, shown: Revealed, spec: ProblemSpec, device: Any, rank: int, label: int) -> Mismatch | None:
     if len(shown.outputs) != expected.outputs:
         return Mismatch(rank=rank, trial=label, kind="type",
                         detail=f"returned {len(shown.outputs)} tensors, the reference returns {expected.outputs}")
-    original = original_inputs(inputs_fd, shown.inputs[0].device if shown.inputs else None)
+    original = [t.to(shown.inputs[0].device) for t in expected.originals] if shown.inputs else expected.originals
     if len(shown.inputs) != len(original):
         return Mismatch(rank=rank, trial=label, kind="input_modified", detail="the inputs did not come back whole")
     if not spec.in_place:

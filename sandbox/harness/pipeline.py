@@ -18,7 +18,6 @@ import contextlib
 import functools
 import hashlib
 import math
-import os
 import shutil
 import statistics
 import threading
@@ -34,12 +33,13 @@ from problems.contract import Problem
 from sandbox import performance, topology
 from sandbox.harness import messages as m
 from sandbox.harness import staged_inputs, timing
-from sandbox.harness.calls import Call, CallPlan, Expected, Revealed
+from sandbox.harness.calls import Call, CallPlan, Expected, Inputs, Revealed
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.config import HarnessConfig
 from sandbox.harness.groups import Answer, RankFailure, RankGroup, StageTimeout, close_answers
 from sandbox.harness.judge import judge
 from sandbox.harness.launch import packages_dir
+from sandbox.harness.reference_rank import MAX_CALLS_PER_MAKE
 from sandbox.harness.sealed_cache import SealedCache, cache_key
 from sandbox.harness.seeds import host_secret
 from sandbox.harness.static_checks import check_source
@@ -340,29 +340,41 @@ class Evaluation:
     def _make(self, keys: list[int], checked: set[int], labels: list[int], native: bool = False,
               perturb: list[int | None] | None = None) -> list[Call]:
         """The reference draws each call's inputs (and, for the ``checked`` ones, its expectations),
-        in the problem's input regimes in turn by label: the correctness trials cover every one."""
+        in the problem's input regimes in turn by label: the correctness trials cover every one.
+        Asked MAX_CALLS_PER_MAKE calls at a time (a reply's descriptors are bounded)."""
         calls = [Call(label=label, key=key, rng=self.plan.rng(key)) for label, key in zip(labels, keys)]
         regimes = self.problem.spec.regimes
-        message = {"type": "make", "calls": [
-            {"key": c.key, "regime": c.label % regimes, "rng": c.rng, "expect": i in checked, "native": native,
-             "perturb": (perturb or [None] * len(calls))[i]}
-            for i, c in enumerate(calls)]}
-        answers = self._expect(self.reference.ask(message, m.Made, self.config.timeouts.correctness_s, "reference inputs"),
-                               "reference")
+        perturb = perturb or [None] * len(calls)
         try:
-            with self._parent_work("reading expected outputs"):
-                device = self._compare_device()
-                for answer in answers:
-                    for call, summary in zip(calls, answer.reply.calls):
-                        call.inputs.append(answer.fds.pop(0))
-                        call.expected.append(Expected.read(summary, answer.fds.pop(0), device) if summary["expect"] else None)
+            for start in range(0, len(calls), MAX_CALLS_PER_MAKE):
+                batch = calls[start:start + MAX_CALLS_PER_MAKE]
+                message = {"type": "make", "calls": [
+                    {"key": c.key, "regime": c.label % regimes, "rng": c.rng, "expect": start + i in checked, "native": native,
+                     "perturb": perturb[start + i]} for i, c in enumerate(batch)]}
+                answers = self._expect(self.reference.ask(message, m.Made, self.config.timeouts.correctness_s, "reference inputs"),
+                                       "reference")
+                try:
+                    with self._parent_work("reading expected outputs"):
+                        self._read_made(batch, answers)
+                finally:
+                    close_answers(answers)
         except BaseException:
             for call in calls:
                 call.close()
             raise
-        finally:
-            close_answers(answers)
         return calls
+
+    def _read_made(self, calls: list[Call], answers: list[Answer]) -> None:
+        """Each call's inputs (a blob, or a device blob's header and its two allocations) and
+        expectation from every reference rank's reply."""
+        device = self._compare_device()
+        for answer in answers:
+            if len(answer.reply.calls) != len(calls):
+                raise RuntimeError(f"reference rank {answer.rank} made {len(answer.reply.calls)} calls of {len(calls)}")
+            for call, summary in zip(calls, answer.reply.calls):
+                held = [answer.fds.pop(0) for _ in range(3 if summary["device"] else 1)]
+                call.inputs.append(Inputs(held[0], int(summary["input_bytes"]), *held[1:]))
+                call.expected.append(Expected.read(summary, answer.fds.pop(0), device) if summary["expect"] else None)
 
     @contextlib.contextmanager
     def _made(self, *args: Any, **kwargs: Any):
@@ -383,7 +395,8 @@ class Evaluation:
                 staged = self.staged[round_id] = staged_inputs.stage_copies(calls, self.config.world)
                 fds = staged.fds
         else:
-            fds = [[call.inputs[rank] for call in calls] for rank in range(self.config.world)]
+            fds = [[fd for call in calls for fd in call.inputs[rank].for_group(trusted=group is self.reference)]
+                   for rank in range(self.config.world)]
         started = time.perf_counter()
         answers = group.ask({"type": "stage", "round": round_id, "shared": shared}, m.Staged, self.config.timeouts.correctness_s,
                             stage, fds=fds)
@@ -634,7 +647,7 @@ class Evaluation:
         are so large that staging them would take far longer than the calls (one probe call per
         evaluation: the calibration, the reference alone and the timing all ask)."""
         with self._made(self.plan.fresh_keys(1), set(), [0]) as probe:
-            nbytes = max(os.fstat(fd).st_size for fd in probe[0].inputs)
+            nbytes = max(held.nbytes for held in probe[0].inputs)
         target = max(MIN_ROUNDS, min(self.config.iterations, TIMED_BYTES // max(nbytes, 1)))
         return max(1, min(MAX_ROUND_CALLS, ROUND_BYTES // max(nbytes, 1), -(-target // MIN_ROUNDS))), target
 
@@ -828,12 +841,10 @@ def reveal_limit(call: Call, rank: int) -> int:
     for the header. A larger blob is refused before a byte of it is read: the parent would
     otherwise copy whatever size a rank claims (a sealed memfd can be a hole of any size) into
     its own memory (tests/fixtures/hostile/huge_sparse_reveal.py)."""
-    import os
-
     expected = call.expected[rank] if rank < len(call.expected) else None
     outputs = sum(math.prod(shape) * wire.ITEMSIZE.get(dtype, 16) for shape, dtype in zip(expected.shapes, expected.dtypes)) \
         if expected is not None else MAX_REVEAL_BYTES // 2
-    return min(MAX_REVEAL_BYTES, 2 * (os.fstat(call.inputs[rank]).st_size + outputs) + 2**20)
+    return min(MAX_REVEAL_BYTES, 2 * (call.inputs[rank].nbytes + outputs) + 2**20)
 
 
 def _import_torch(device_digest: bool = False) -> None:

@@ -2,12 +2,16 @@
 
 Trusted code: it imports the problem (``make_inputs``, the reference). For each call the parent
 names by a secret key it draws the call's inputs and writes them into a blob, the only form in
-which a candidate ever sees them; for the calls the parent will check, it also runs the reference
+which a candidate ever sees them: on a GPU a device blob (``wire.write_device_blob``), whose
+bytes stay in device memory, in one allocation lent to the candidate's rank and one that only
+this group stages from (a candidate that writes what it was lent changes nothing anyone else
+reads); elsewhere a sealed memfd. For the calls the parent will check, it also runs the reference
 twice, in the problem's dtype and on upcast inputs, and sends the upcast outputs (what a solution
-must match) with the native run's own error (how far a solution may be off), and the final state
-of any input the reference updates in place (which a solution must then update the same way).
-Those go to the parent alone, which copies them out before it sends the next ``make``: their
-memfds are written again then (``wire.BlobPool``), never handed to a rank.
+must match) with the native run's own error (how far a solution may be off), the final state of
+any input the reference updates in place (which a solution must then update the same way), and
+the inputs as made (what the judge compares a rank's inputs with after the call). Those go to
+the parent alone, which copies them out before it sends the next ``make``: their memfds are
+written again then (``wire.BlobPool``), never handed to a rank.
 Timed like a candidate, through the same rounds, on the same blobs.
 
 ``python -m sandbox.harness.reference_rank CONFIG_JSON``; started by the parent outside any jail.
@@ -19,11 +23,15 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sandbox.rank import wire
+import structlog
+
+from sandbox.rank import device_share, wire
 from sandbox.rank.server import RankServer, flatten_outputs
 from sandbox.rank.zygote import run_ranks
 
-MAX_CALLS_PER_MAKE = 24
+log = structlog.get_logger(__name__)
+
+MAX_CALLS_PER_MAKE = wire.MAX_FDS // 4  # a call's descriptors: its inputs (three for a device blob) and its expectation
 EXPECTED_POOL_BYTES = 2**29  # memfds of expected outputs kept for reuse, per reference rank (a timed round checks 1-4 calls)
 
 
@@ -40,6 +48,7 @@ class ReferenceServer(RankServer):
         self.hi_dtype = torch.float64 if self.dtype in (torch.float32, torch.float64) else torch.float32
         self.shape = config["shape"]
         self.expected_blobs = wire.BlobPool(EXPECTED_POOL_BYTES)  # read by the parent only, before it asks for more
+        self.on_device = self.device.device.type == "cuda"  # device blobs, until the driver refuses one
         self.handlers["make"] = self.make
 
     def load(self, message: dict[str, Any], fds) -> tuple[dict, list]:
@@ -56,8 +65,9 @@ class ReferenceServer(RankServer):
             return self.problem.inputs(self.rank, self.world, generator, self.device.device, self.dtype, self.shape, regime)
 
     def make(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
-        """``calls``: [{key, regime, rng, expect, native, perturb}]; per call an input blob and, where
-        ``expect``, an expected-output blob (in that order)."""
+        """``calls``: [{key, regime, rng, expect, native, perturb}]; per call an input blob (a
+        device blob's header, lent and kept allocations where ``device``) and, where ``expect``,
+        an expected-output blob (in that order)."""
         calls = message["calls"][:MAX_CALLS_PER_MAKE]
         self.expected_blobs.returned()  # the parent read the last make's expected outputs before it asked for this one
         blobs, described = [], []
@@ -68,8 +78,9 @@ class ReferenceServer(RankServer):
                     inputs = _perturbed(self.torch, inputs, call["perturb"], call["key"])
                 tensors: list = []
                 tree = wire.encode_tree(inputs, tensors)
-                blobs.append(wire.write_blob(tree, tensors, name="inputs"))
-                entry: dict[str, Any] = {"expect": bool(call.get("expect"))}
+                entry: dict[str, Any] = {"expect": bool(call.get("expect")), "device": False,
+                                         "input_bytes": sum(t.numel() * t.element_size() for t in tensors)}
+                blobs += self._input_blob(tree, tensors, entry)
                 if call.get("expect"):
                     fd, summary = self._expected(tree, tensors, call["rng"], bool(call.get("native")))
                     blobs.append(fd)
@@ -80,6 +91,17 @@ class ReferenceServer(RankServer):
                 wire_close(fd)
             raise
         return {"type": "made", "calls": described}, blobs
+
+    def _input_blob(self, tree: Any, tensors: list, entry: dict[str, Any]) -> list[int]:
+        if self.on_device:
+            try:
+                fds = list(wire.write_device_blob(tree, tensors, self.device.device.index or 0))
+                entry["device"] = True
+                return fds
+            except device_share.DeviceShareError as error:  # no VMM here: memfd blobs from now on
+                log.warning("device_blobs_refused", error=str(error))
+                self.on_device = False
+        return [wire.write_blob(tree, tensors, name="inputs")]
 
     def _expected(self, tree: Any, leaves: list, rng: int, include_native: bool) -> tuple[int, dict[str, Any]]:
         from sandbox.harness.trees import nearly_constant
@@ -123,8 +145,8 @@ class ReferenceServer(RankServer):
         summary = {"outputs": len(native), "mutated": mutated, "shapes": [list(t.shape) for t in native_all],
                    "dtypes": [str(t.dtype).removeprefix("torch.") for t in native_all],
                    "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs), "native_overflowed": overflowed,
-                   "nearly_constant_inputs": nearly_constant(tuple(leaves))}
-        tensors = kept + ([t.detach() for t in native_all] if include_native else [])
+                   "nearly_constant_inputs": nearly_constant(tuple(leaves)), "inputs": len(leaves)}
+        tensors = kept + [t.detach() for t in leaves] + ([t.detach() for t in native_all] if include_native else [])
         return self.expected_blobs.write(len(kept), tensors, name="expected"), summary
 
 

@@ -82,7 +82,7 @@ def stage_copies(calls: list[Call], world: int) -> StagedRound:
             staged.fds.append([])
             staged.views.append([])
             for call in calls:
-                fd = wire.shared_copy(call.inputs[rank], MAX_EXPECTED_BYTES)
+                fd = wire.shared_copy(call.inputs[rank].blob, MAX_EXPECTED_BYTES)
                 staged.fds[rank].append(fd)
                 found = os.fstat(fd)
                 staged.files.add((found.st_dev, found.st_ino))
@@ -139,7 +139,7 @@ def check_inputs(calls: list[Call], staged: list[list[mmap.mmap]], in_place: boo
         return
     for position, call in enumerate(calls):
         for rank, expected in enumerate(call.expected):
-            changed = changed_inputs(call.inputs[rank], staged[rank][position], set(expected.mutated) if expected else set())
+            changed = changed_inputs(call.inputs[rank].blob, staged[rank][position], set(expected.mutated) if expected else set())
             if changed and expected is not None:
                 raise input_changed(call, rank, changed, len(call.expected))
 

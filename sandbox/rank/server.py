@@ -118,14 +118,17 @@ class RankServer:
 
     # ---------------------------------------------------------------- calls
     def stage(self, message: dict[str, Any], fds: list[int]) -> tuple[dict, list]:
-        """Inputs of a round's calls, one blob each, made into tensors on this rank's device; with
-        ``shared`` (CPU only), views of the parent's own copies, which it compares after the call
-        with what it staged (a rank cannot hide a write to its inputs by what it says)."""
+        """Inputs of a round's calls, one blob each (a device blob followed by its device memory),
+        made into tensors on this rank's device; with ``shared`` (CPU only), views of the parent's
+        own copies, which it compares after the call with what it staged (a rank cannot hide a
+        write to its inputs by what it says)."""
         calls = []
         shared = bool(message.get("shared"))
-        for fd in fds:
+        given = iter(fds)
+        for fd in given:
             with wire.Blob(fd, MAX_INPUT_BLOB_BYTES, shared=shared) as blob:
-                tensors = blob.tensors(None if shared else self.device.device)
+                device_fd = next(given, None) if blob.device_bytes is not None else None
+                tensors = blob.tensors(None if shared else self.device.device, device_fd)
                 calls.append({"inputs": wire.decode_tree(blob.tree, tensors), "leaves": tensors})
         self.device.synchronize()
         self.rounds[message["round"]] = {"calls": calls, "outputs": {}}

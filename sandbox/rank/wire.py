@@ -242,6 +242,31 @@ def write_blob(tree: Any, tensors: list, name: str = "blob") -> int:
     return fd
 
 
+def write_device_blob(tree: Any, tensors: list, device: int) -> tuple[int, int, int]:
+    """``tensors`` (on CUDA ``device``) as a *device blob*: a sealed memfd holding ``tree`` and the
+    tensors' descriptions (its header says ``device_bytes``), and their bytes in device memory
+    twice over, each a descriptor of its own allocation (sandbox/rank/device_share.py): one to
+    lend to a process that may write it, one to keep for trusted readers. Returns (header, lent,
+    kept). Staging 64 MiB this way took 2.9 ms on the H200 against 46 ms through a memfd blob
+    (tests/fixtures/gpu_probes/device_share.py)."""
+    import torch
+
+    from sandbox.rank import device_share
+
+    layout = _BlobLayout(tree, tensors, device_bytes=True)
+    chunks = [(spec["offset"], flat.view(torch.uint8)) for flat, spec in zip(layout.flats, layout.specs) if spec["nbytes"]]
+    header = _sealed_memfd("inputs", [layout.prefix])
+    fds = [header]
+    try:
+        for _ in range(2):
+            fds.append(device_share.export(torch, chunks, layout.device_bytes, device))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds[0], fds[1], fds[2]
+
+
 class BlobPool:
     """Blobs written again and again into the same memfds: for a trusted writer whose reader reads
     each blob once, before it asks for the next ones (the reference's expected outputs, which the
@@ -297,7 +322,7 @@ class BlobPool:
 class _BlobLayout:
     """A blob's header and where each tensor's bytes go, before any is written."""
 
-    def __init__(self, tree: Any, tensors: list):
+    def __init__(self, tree: Any, tensors: list, device_bytes: bool = False):
         specs, flats, offset = [], [], 0
         for tensor in tensors:
             flat = tensor.detach().contiguous().reshape(-1)
@@ -306,10 +331,12 @@ class _BlobLayout:
                           "requires_grad": bool(tensor.requires_grad)})
             flats.append(flat)
             offset += nbytes + (-nbytes % ALIGN)
-        header = json.dumps({"tree": tree, "tensors": specs}, separators=(",", ":"), allow_nan=False).encode()
+        described = {"tree": tree, "tensors": specs, **({"device_bytes": offset} if device_bytes else {})}
+        header = json.dumps(described, separators=(",", ":"), allow_nan=False).encode()
         prefix = MAGIC + struct.pack("<Q", len(header)) + header
         self.prefix = prefix + bytes(-len(prefix) % ALIGN)
         self.specs, self.flats = specs, flats
+        self.device_bytes = offset
         self.size = len(self.prefix) + offset
 
     def write(self, fd: int) -> None:
@@ -349,7 +376,9 @@ class Blob:
     """A blob opened for reading: ``header`` (validated) and its bytes, mapped read-only; or, with
     ``shared``, a :func:`shared_copy` mapped writable, whose tensors are views of the file itself
     (CPU only; whatever is written to them, the holder of the file sees); with ``pooled``, a
-    :class:`BlobPool` blob (its writer is trusted and writes it again only after it is read)."""
+    :class:`BlobPool` blob (its writer is trusted and writes it again only after it is read). A
+    device blob's header says ``device_bytes``: its tensors are read from the device memory that
+    came with it (:meth:`tensors` with ``device_fd``)."""
 
     def __init__(self, fd: int, max_bytes: int, shared: bool = False, pooled: bool = False):
         size = check_sealed(fd, max_bytes, SIZE_SEALS if shared or pooled else SEALS)
@@ -370,7 +399,11 @@ class Blob:
                 raise WireError("a blob header longer than the blob")
             header = _json_object(self.map[start:start + length])
             self.data_start = start + length + (-(start + length) % ALIGN)
-            self.specs = _checked_specs(header.get("tensors"), size - self.data_start)
+            device_bytes = header.get("device_bytes")
+            if device_bytes is not None and (not _natural(device_bytes) or device_bytes > max_bytes or shared):
+                raise WireError("a device blob with a bad size, or one staged as shared host memory")
+            self.device_bytes: int | None = device_bytes
+            self.specs = _checked_specs(header.get("tensors"), size - self.data_start if device_bytes is None else device_bytes)
             self.tree = header.get("tree")
             check_tree(self.tree, len(self.specs))
         except BaseException:
@@ -402,9 +435,35 @@ class Blob:
             out.requires_grad_(True)
         return out
 
-    def tensors(self, device=None) -> list:
+    def tensors(self, device=None, device_fd: int | None = None) -> list:
+        """Every tensor (see :meth:`tensor`); a device blob's from ``device_fd``, the device memory
+        that came with it, copied to ``device`` (a CUDA device), which must be where it lives."""
+        if self.device_bytes is not None:
+            return self._from_device(device, device_fd)
         with self._page_locked(device):
             return [self.tensor(i, device) for i in range(len(self.specs))]
+
+    def _from_device(self, device, device_fd: int | None) -> list:
+        import torch
+
+        from sandbox.rank import device_share
+
+        if device_fd is None or device is None or torch.device(device).type != "cuda":
+            raise WireError("a device blob read without its device memory, or onto the CPU")
+        device = torch.device(device)
+        index = torch.cuda.current_device() if device.index is None else device.index
+        try:
+            with device_share.imported(torch, device_fd, self.device_bytes, index) as raw:
+                out = []
+                for spec in self.specs:
+                    view = raw[spec["offset"]:spec["offset"] + spec["nbytes"]].view(getattr(torch, spec["dtype"]))
+                    tensor = view.reshape(spec["shape"]).clone()
+                    if spec["requires_grad"] and tensor.is_floating_point():
+                        tensor.requires_grad_(True)
+                    out.append(tensor)
+                return out
+        except device_share.DeviceShareError as error:
+            raise WireError(f"device memory that could not be read: {error}") from None
 
     @contextlib.contextmanager
     def _page_locked(self, device) -> Iterator[None]:

@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from sandbox.harness.calls import Revealed, original_inputs, same_bytes
+from sandbox.harness.calls import Expected, Revealed, same_bytes
 from sandbox.rank import wire
 
 
@@ -39,16 +39,18 @@ def test_dtype_and_shape_must_match():
     assert same_bytes(x.reshape(2, 3).t().contiguous().t(), x.reshape(2, 3))
 
 
-def test_a_revealed_blob_and_an_input_blob_read_back_as_written():
+def test_a_revealed_blob_and_an_expectation_with_its_inputs_read_back_as_written():
     inputs = [torch.randn(5, 3).to(torch.bfloat16), torch.tensor([3], dtype=torch.int64)]
     outputs = [inputs[0].float() * 2]
     revealed_fd = wire.write_blob(1, outputs + inputs, name="revealed")
-    inputs_fd = wire.write_blob([{"T": 0}, {"T": 1}], inputs, name="inputs")
+    expected_fd = wire.write_blob(1, outputs + inputs, name="expected")  # the reference's layout: expectations, then the inputs
+    summary = {"outputs": 1, "mutated": [], "shapes": [[5, 3]], "dtypes": ["float32"], "native_max_abs_err": [0.0],
+               "native_rms_err": [0.0], "inputs": 2}
     try:
         shown = Revealed.read(revealed_fd, 2**20)
-        original = original_inputs(inputs_fd)
     finally:
         os.close(revealed_fd)
-        os.close(inputs_fd)
+    expected = Expected.read(summary, expected_fd)  # closes it
     assert len(shown.outputs) == 1 and torch.equal(shown.outputs[0], outputs[0])
-    assert all(same_bytes(a, b) for a, b in zip(original, shown.inputs)) and len(original) == 2
+    assert torch.equal(expected.expected[0], outputs[0]) and expected.native is None
+    assert all(same_bytes(a, b) for a, b in zip(expected.originals, shown.inputs)) and len(expected.originals) == 2

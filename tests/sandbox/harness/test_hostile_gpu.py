@@ -43,7 +43,9 @@ GPU_KNOWN_HOLES = {
                         "than the reference's, inside honest groups' -0.29 to +0.21 ms (a call's harness work is 4.1-4.6 ms)",
     "precompute_at_stage": "the same class at a call this small (all_reduce at world 1: a 64 MiB clone): the outputs "
                            "computed while the round is staged (0.1 ms a call) hide inside staging's own noise (12 ms a "
-                           "call either way), and the precomputed call's claim is the empty interval's noise. Only the "
+                           "call either way through memory files; since inputs are staged as device memory, about 1 ms "
+                           "a call with 0.5 ms allowed beyond the reference's: 10.35x at 93% of the roofline, correct, on "
+                           "2026-12-04), and the precomputed call's claim is the empty interval's noise. Only the "
                            "roofline catches it: on 2026-12-03 a call of 0.0123 ms was rejected (below 0.0280 / 1.5), "
                            "later that day one of about 0.024 ms (115% of the roofline) read 13.1x, correct, and twice more 11.6x and 9.4x at "
                            "112-114%, correct (0.2 ms a call more staging, inside honest groups' -1.8 to +0.5 ms). Since a "

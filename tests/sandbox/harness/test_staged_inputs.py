@@ -12,14 +12,15 @@ import time
 import pytest
 import torch
 
-from sandbox.harness.calls import Call, Expected
+from sandbox.harness.calls import Call, Expected, Inputs
 from sandbox.harness.staged_inputs import PrivateMapping, changed_inputs, check_inputs, check_mappings, private_mappings, stage_copies
 from sandbox.harness.verdict import Verdict
 from sandbox.rank import wire
 
 
-def _blob(*tensors) -> int:
-    return wire.write_blob([{"T": i} for i in range(len(tensors))], list(tensors), name="inputs")
+def _blob(*tensors) -> Inputs:
+    fd = wire.write_blob([{"T": i} for i in range(len(tensors))], list(tensors), name="inputs")
+    return Inputs(fd, sum(t.numel() * t.element_size() for t in tensors))
 
 
 def _expected(mutated=()) -> Expected:
@@ -47,9 +48,9 @@ def test_a_rank_writing_its_staged_input_is_seen_by_the_parent():
         check_inputs([call], copies.views, in_place=False)  # untouched: the honest control
         first, second = _rank_tensors(copies.fds[1][0])
         first[10:20] = -1.0  # rank 1 uses its input as scratch
-        [(index, differ, total)] = changed_inputs(call.inputs[1], copies.views[1][0], set())
+        [(index, differ, total)] = changed_inputs(call.inputs[1].blob, copies.views[1][0], set())
         assert index == 0 and 0 < differ <= 40 and total == 4000  # 10 floats rewritten (some of their bytes stay alike)
-        assert changed_inputs(call.inputs[0], copies.views[0][0], set()) == []
+        assert changed_inputs(call.inputs[0].blob, copies.views[0][0], set()) == []
         with pytest.raises(Verdict) as caught:
             check_inputs([call], copies.views, in_place=False)
         verdict = caught.value

@@ -204,3 +204,42 @@ def test_a_pooled_blob_is_never_taken_for_a_sealed_one():
         os.ftruncate(fd, 10)
     os.close(fd)
     pool.close()
+
+
+def _device_header(tree, tensors, device_bytes=None) -> int:
+    """A device blob's header (what wire.write_device_blob seals), with ``device_bytes`` forged where given."""
+    layout = wire._BlobLayout(tree, tensors, device_bytes=True)
+    if device_bytes is None:
+        return wire._sealed_memfd("inputs", [layout.prefix])
+    header = json.dumps({"tree": tree, "tensors": layout.specs, "device_bytes": device_bytes}).encode()
+    return wire._sealed_memfd("inputs", [wire.MAGIC + struct.pack("<Q", len(header)) + header])
+
+
+def test_a_device_blob_header_describes_device_memory_and_is_never_read_as_host_memory():
+    tensors = [torch.arange(1000, dtype=torch.float32), torch.ones(3, dtype=torch.int64)]
+    fd = _device_header([{"T": 0}, {"T": 1}], tensors)
+    try:
+        with wire.Blob(fd, 2**20) as blob:
+            assert blob.device_bytes == 4096 and [s["nbytes"] for s in blob.specs] == [4000, 24]
+            with pytest.raises(wire.WireError, match="without its device memory"):
+                blob.tensors()  # on the CPU: a device blob's bytes are not in the file
+            with pytest.raises(wire.WireError, match="without its device memory"):
+                blob.tensors("cuda")  # no descriptor came with it
+        copy = wire.shared_copy(fd, 2**20)  # what the parent stages on the CPU
+        try:
+            with pytest.raises(wire.WireError, match="shared host memory"):
+                wire.Blob(copy, 2**20, shared=True)
+        finally:
+            os.close(copy)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("device_bytes", [100, -1, "4096", 2**40])
+def test_a_device_blob_whose_tensors_lie_outside_its_device_memory_is_refused(device_bytes):
+    fd = _device_header([{"T": 0}], [torch.zeros(1000)], device_bytes)
+    try:
+        with pytest.raises(wire.WireError):
+            wire.Blob(fd, 2**30)
+    finally:
+        os.close(fd)

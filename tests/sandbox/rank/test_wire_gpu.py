@@ -71,3 +71,47 @@ def test_a_blob_written_from_the_device_holds_its_bytes():
         assert torch.equal(arrived.view(torch.uint8) if arrived.dtype == torch.bfloat16 else arrived,
                            sent.cpu().view(torch.uint8) if sent.dtype == torch.bfloat16 else sent.cpu())
     print(f"a 64 MiB bf16 tensor written from the device into a blob in {written_ms:.1f} ms")
+
+
+def test_a_device_blob_arrives_whole_and_what_is_lent_is_not_what_is_kept():
+    """A device blob staged from either allocation arrives whole; writing every byte of the lent
+    one (a candidate's rank may) leaves the kept one, the reference's, as made."""
+    import torch
+
+    from sandbox.rank import device_share
+
+    tensors = [torch.randn(3 * 2**20, device="cuda").to(torch.bfloat16), torch.tensor([7], dtype=torch.int64, device="cuda"),
+               torch.empty(0, device="cuda")]
+    header, lent, kept = wire.write_device_blob([{"T": 0}, {"T": 1}, {"T": 2}], tensors, 0)
+    try:
+        with wire.Blob(header, 2**30) as blob:
+            for fd in (lent, kept):
+                staged = blob.tensors("cuda", fd)
+                assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(staged, tensors))
+            with device_share.imported(torch, lent, blob.device_bytes, 0) as raw:
+                raw.fill_(0xFF)
+            assert torch.isnan(blob.tensors("cuda", lent)[0]).all()
+            assert all(torch.equal(a, b) for a, b in zip(blob.tensors("cuda", kept), tensors))
+    finally:
+        for fd in (header, lent, kept):
+            os.close(fd)
+
+
+def test_device_memory_lent_holds_nothing_this_process_freed_before():
+    """The padding of an allocation (an importer maps it whole) is zeros, not whatever the
+    reference's process freed there before (its expected outputs, say)."""
+    import torch
+
+    from sandbox.rank import device_share
+
+    secret = torch.full((512 * 2**20,), 0x5A, dtype=torch.uint8, device="cuda")
+    del secret
+    torch.cuda.empty_cache()  # back to the driver, for cuMemCreate to hand out again
+    small = torch.arange(1000, device="cuda", dtype=torch.int64).to(torch.uint8)
+    fd = device_share.export(torch, [(0, small)], small.numel(), 0)
+    try:
+        whole = device_share.padded(small.numel(), 0)
+        with device_share.imported(torch, fd, whole, 0) as raw:
+            assert torch.equal(raw[:1000], small) and int(raw[1000:].count_nonzero()) == 0
+    finally:
+        os.close(fd)
