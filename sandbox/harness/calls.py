@@ -71,15 +71,11 @@ class Expected:
     native: list | None = None
 
     @classmethod
-    def read(cls, summary: dict[str, Any], fd: int, device: Any = None) -> "Expected":
-        """The expectation in the reference's blob ``fd``, which is closed: the tensors are copies
-        (on ``device``, where it is compared; else the CPU), and a long-lived harness that kept the
-        file would hold every call's outputs for good."""
-        try:
-            with wire.Blob(fd, MAX_EXPECTED_BYTES, pooled=True) as blob:  # the reference writes its memfd again later
-                tensors = blob.tensors(device)
-        finally:
-            os.close(fd)
+    def read(cls, summary: dict[str, Any], fds: list[int], device: Any = None) -> "Expected":
+        """The expectation in the reference's blob at the head of ``fds`` (taken off and closed:
+        a long-lived harness that kept the file would hold every call's outputs for good): the
+        tensors are copies, on ``device``, where it is compared, else the CPU."""
+        _, tensors = wire.read_blob(fds, MAX_EXPECTED_BYTES, device, pooled=True)  # the reference writes a memfd again later
         count, inputs = len(summary["shapes"]), int(summary["inputs"])
         if not 0 <= inputs <= len(tensors) - count:
             raise wire.WireError("an expectation without the call's inputs")
@@ -145,14 +141,13 @@ class Revealed:
     inputs: list
 
     @classmethod
-    def read(cls, fd: int, max_bytes: int, device: Any = None) -> "Revealed":
-        """The revealed blob ``fd`` as tensors (on ``device``, else the CPU)."""
-        with wire.Blob(fd, max_bytes) as blob:
-            count = blob.tree  # the number of outputs; the inputs follow them
-            if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(blob.specs):
-                raise wire.WireError("a revealed call without its output count")
-            tensors = blob.tensors(device)
-            return cls(outputs=tensors[:count], inputs=tensors[count:])
+    def read(cls, fds: list[int], max_bytes: int, device: Any = None) -> "Revealed":
+        """The revealed blob at the head of ``fds`` (taken off and closed) as tensors (on
+        ``device``, else the CPU)."""
+        count, tensors = wire.read_blob(fds, max_bytes, device)  # the tree: the number of outputs; the inputs follow them
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(tensors):
+            raise wire.WireError("a revealed call without its output count")
+        return cls(outputs=tensors[:count], inputs=tensors[count:])
 
     def commitment(self, scheme: str, nonce: bytes) -> str:
         return commit_to([*self.outputs, *self.inputs], scheme, nonce)

@@ -374,7 +374,7 @@ class Evaluation:
             for call, summary in zip(calls, answer.reply.calls):
                 held = [answer.fds.pop(0) for _ in range(3 if summary["device"] else 1)]
                 call.inputs.append(Inputs(held[0], int(summary["input_bytes"]), *held[1:]))
-                call.expected.append(Expected.read(summary, answer.fds.pop(0), device) if summary["expect"] else None)
+                call.expected.append(Expected.read(summary, answer.fds, device) if summary["expect"] else None)
 
     @contextlib.contextmanager
     def _made(self, *args: Any, **kwargs: Any):
@@ -443,11 +443,11 @@ class Evaluation:
         with self._parent_work("reading revealed outputs"), contextlib.ExitStack() as cleanup:
             cleanup.callback(close_answers, answers)
             for answer in answers:
-                if answer.reply.indices != indices or len(answer.fds) != len(indices):
+                if answer.reply.indices != indices:
                     raise m.ProtocolViolation(f"rank {answer.rank} revealed other calls than those asked for")
-                for position, fd in enumerate(answer.fds):
+                for position in range(len(indices)):
                     try:
-                        shown[position].append(Revealed.read(fd, reveal_limit(calls[position], answer.rank), device))
+                        shown[position].append(Revealed.read(answer.fds, reveal_limit(calls[position], answer.rank), device))
                     except MemoryError:  # the blob is bounded by reveal_limit: running out is the parent's trouble
                         raise
                     except Exception as error:  # noqa: BLE001 - whatever a rank's bytes make torch raise is the rank's
@@ -456,6 +456,8 @@ class Evaluation:
                         log.info("revealed_blob_unreadable", rank=answer.rank, error_type=type(error).__name__, error=str(error)[:200])
                         kind = "" if isinstance(error, wire.WireError) else f"{type(error).__name__}: "
                         raise m.ProtocolViolation(f"a revealed call could not be read: {kind}{str(error)[:200]}") from None
+                if answer.fds:
+                    raise m.ProtocolViolation(f"rank {answer.rank} sent more descriptors than the calls it revealed")
         return shown
 
     def _check_inputs(self, round_id: int, calls: list[Call], start: int) -> None:

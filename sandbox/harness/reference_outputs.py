@@ -12,6 +12,7 @@ from sandbox.harness.calls import Expected
 from sandbox.harness.groups import RankFailure, RankGroup, close_answers
 from sandbox.harness.verdict import Verdict
 from sandbox.harness.launch import reference_launcher
+from sandbox.harness.reference_rank import MAX_CALLS_PER_MAKE
 from sandbox.harness.pipeline import reference_failure_message
 from sandbox.report import LogExcerpt
 
@@ -42,22 +43,31 @@ def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tupl
                 _raise_failure(group, answers)
             calls = [{"key": seed, "regime": regime, "rng": seed, "expect": True, "native": include_native, "perturb": p}
                      for seed, p, regime in zip(seeds, perturb, regimes)]
-            answers = group.ask({"type": "make", "calls": calls}, m.Made, timeout_s, "reference run")
-            _raise_failure(group, answers)
-            try:
-                outputs = []
-                for answer in answers:
-                    per_seed = []
-                    for summary in answer.reply.calls:
-                        for _ in range(3 if summary["device"] else 1):  # the call's inputs (a device blob: its header, lent, kept)
-                            os.close(answer.fds.pop(0))
-                        per_seed.append(Expected.read(summary, answer.fds.pop(0)))
-                    outputs.append(per_seed)
-                return outputs
-            finally:
-                close_answers(answers)
+            outputs: list[list[Expected]] = [[] for _ in range(world)]
+            for start in range(0, len(calls), MAX_CALLS_PER_MAKE):
+                answers = group.ask({"type": "make", "calls": calls[start:start + MAX_CALLS_PER_MAKE]}, m.Made, timeout_s,
+                                    "reference run")
+                _raise_failure(group, answers)
+                try:
+                    for answer in answers:
+                        for summary in answer.reply.calls:
+                            for _ in range(3 if summary["device"] else 1):  # its inputs (a device blob: its header, lent, kept)
+                                os.close(answer.fds.pop(0))
+                            outputs[answer.rank].append(Expected.read(summary, answer.fds, _compare_device(device)))
+                finally:
+                    close_answers(answers)
+            return outputs
         finally:
             group.close()
+
+
+def _compare_device(device: str):
+    """Where the expectations are read: a cuda reference's rank 0 hands them over as device memory."""
+    if device != "cuda":
+        return None
+    import torch
+
+    return torch.device("cuda", 0)
 
 
 def _raise_failure(group: RankGroup, answers: list) -> None:

@@ -10,8 +10,9 @@ twice, in the problem's dtype and on upcast inputs, and sends the upcast outputs
 must match) with the native run's own error (how far a solution may be off), the final state of
 any input the reference updates in place (which a solution must then update the same way), and
 the inputs as made (what the judge compares a rank's inputs with after the call). Those go to
-the parent alone, which copies them out before it sends the next ``make``: their memfds are
-written again then (``wire.BlobPool``), never handed to a rank.
+the parent alone, which copies them out before it sends the next ``make``: as device memory
+where the parent compares on this rank's GPU, else in memfds written again then
+(``wire.BlobPool``), never handed to a rank.
 Timed like a candidate, through the same rounds, on the same blobs.
 
 ``python -m sandbox.harness.reference_rank CONFIG_JSON``; started by the parent outside any jail.
@@ -31,7 +32,7 @@ from sandbox.rank.zygote import run_ranks
 
 log = structlog.get_logger(__name__)
 
-MAX_CALLS_PER_MAKE = wire.MAX_FDS // 4  # a call's descriptors: its inputs (three for a device blob) and its expectation
+MAX_CALLS_PER_MAKE = wire.MAX_FDS // 5  # a call's descriptors: its inputs (three for a device blob), its expectation (two)
 EXPECTED_POOL_BYTES = 2**29  # memfds of expected outputs kept for reuse, per reference rank (a timed round checks 1-4 calls)
 
 
@@ -68,7 +69,9 @@ class ReferenceServer(RankServer):
         """``calls``: [{key, regime, rng, expect, native, perturb}]; per call an input blob (a
         device blob's header, lent and kept allocations where ``device``) and, where ``expect``,
         an expected-output blob (in that order)."""
-        calls = message["calls"][:MAX_CALLS_PER_MAKE]
+        calls = message["calls"]
+        if len(calls) > MAX_CALLS_PER_MAKE:
+            raise ValueError(f"{len(calls)} calls in one make (at most {MAX_CALLS_PER_MAKE}: the reply's descriptors are bounded)")
         self.expected_blobs.returned()  # the parent read the last make's expected outputs before it asked for this one
         blobs, described = [], []
         try:
@@ -82,8 +85,8 @@ class ReferenceServer(RankServer):
                                          "input_bytes": sum(t.numel() * t.element_size() for t in tensors)}
                 blobs += self._input_blob(tree, tensors, entry)
                 if call.get("expect"):
-                    fd, summary = self._expected(tree, tensors, call["rng"], bool(call.get("native")))
-                    blobs.append(fd)
+                    fds, summary = self._expected(tree, tensors, call["rng"], bool(call.get("native")))
+                    blobs += fds
                     entry.update(summary)
                 described.append(entry)
         except BaseException:
@@ -95,7 +98,7 @@ class ReferenceServer(RankServer):
     def _input_blob(self, tree: Any, tensors: list, entry: dict[str, Any]) -> list[int]:
         if self.on_device:
             try:
-                fds = list(wire.write_device_blob(tree, tensors, self.device.device.index or 0))
+                fds = list(wire.write_device_blob(tree, tensors, self.device.device.index or 0, copies=2))  # lent, kept
                 entry["device"] = True
                 return fds
             except device_share.DeviceShareError as error:  # no VMM here: memfd blobs from now on
@@ -103,7 +106,7 @@ class ReferenceServer(RankServer):
                 self.on_device = False
         return [wire.write_blob(tree, tensors, name="inputs")]
 
-    def _expected(self, tree: Any, leaves: list, rng: int, include_native: bool) -> tuple[int, dict[str, Any]]:
+    def _expected(self, tree: Any, leaves: list, rng: int, include_native: bool) -> tuple[list[int], dict[str, Any]]:
         from sandbox.harness.trees import nearly_constant
 
         torch = self.torch
@@ -147,7 +150,9 @@ class ReferenceServer(RankServer):
                    "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs), "native_overflowed": overflowed,
                    "nearly_constant_inputs": nearly_constant(tuple(leaves)), "inputs": len(leaves)}
         tensors = kept + [t.detach() for t in leaves] + ([t.detach() for t in native_all] if include_native else [])
-        return self.expected_blobs.write(len(kept), tensors, name="expected"), summary
+        if self.on_device and self.device.device.index == 0:  # where the parent compares: device memory it maps
+            return list(wire.write_device_blob(len(kept), tensors, 0)), summary
+        return [self.expected_blobs.write(len(kept), tensors, name="expected")], summary
 
 
 class NativeError(NamedTuple):

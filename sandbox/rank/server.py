@@ -201,14 +201,18 @@ class RankServer:
         return commitment.commitment([*outputs, *inputs], self.commitment_scheme, bytes.fromhex(nonce))
 
     def reveal(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
-        """The outputs and the inputs' final state of some calls of a round, one blob per call."""
+        """The outputs and the inputs' final state of some calls of a round, one blob per call: a
+        device blob where the parent reads them onto the device to hash them (a one-rank cuda
+        group's tree commitment), 64 MiB in 1-2 ms instead of 60-80 through a fresh memfd."""
         current = self.rounds[message["round"]]
+        on_device = self.commitment_scheme == "tree" and self.device.cuda and 2 * len(message["indices"]) <= wire.MAX_FDS
         blobs = []
         try:
             for index in message["indices"]:
                 outputs = current["outputs"][index]
-                inputs = current["calls"][index]["leaves"]
-                blobs.append(wire.write_blob(len(outputs), [*outputs, *inputs], name="reveal"))  # tree: the output count
+                tensors = [*outputs, *current["calls"][index]["leaves"]]  # the tree: the output count
+                blobs += wire.write_device_blob(len(outputs), tensors, self.device.device.index or 0) if on_device else \
+                    [wire.write_blob(len(outputs), tensors, name="reveal")]
         except BaseException:
             for fd in blobs:
                 os.close(fd)

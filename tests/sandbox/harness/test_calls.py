@@ -3,10 +3,12 @@ bool's byte all count; dtype and shape must be the reference's."""
 
 import os
 
+import pytest
 import torch
 
 from sandbox.harness.calls import Expected, Revealed, same_bytes
 from sandbox.rank import wire
+from tests.support.blobs import device_header
 
 
 def _with_bits(tensor: torch.Tensor, index: int, bits: int) -> torch.Tensor:
@@ -46,11 +48,31 @@ def test_a_revealed_blob_and_an_expectation_with_its_inputs_read_back_as_written
     expected_fd = wire.write_blob(1, outputs + inputs, name="expected")  # the reference's layout: expectations, then the inputs
     summary = {"outputs": 1, "mutated": [], "shapes": [[5, 3]], "dtypes": ["float32"], "native_max_abs_err": [0.0],
                "native_rms_err": [0.0], "inputs": 2}
-    try:
-        shown = Revealed.read(revealed_fd, 2**20)
-    finally:
-        os.close(revealed_fd)
-    expected = Expected.read(summary, expected_fd)  # closes it
+    given = [revealed_fd]
+    shown = Revealed.read(given, 2**20)
+    assert given == [] and _closed(revealed_fd)  # taken off the list and closed
+    expected = Expected.read(summary, [expected_fd])
+    assert _closed(expected_fd)
     assert len(shown.outputs) == 1 and torch.equal(shown.outputs[0], outputs[0])
     assert torch.equal(expected.expected[0], outputs[0]) and expected.native is None
     assert all(same_bytes(a, b) for a, b in zip(expected.originals, shown.inputs)) and len(expected.originals) == 2
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def test_a_device_blob_without_its_device_memory_is_refused_and_both_descriptors_are_taken():
+    header = device_header(1, [torch.zeros(4)])
+    with pytest.raises(wire.WireError, match="without its device memory"):
+        Revealed.read([header], 2**20)
+    assert _closed(header)
+    header, stray = device_header(1, [torch.zeros(4)]), os.memfd_create("not-device-memory")
+    given = [header, stray]
+    with pytest.raises(wire.WireError, match="device memory"):  # on the CPU: never mapped
+        Revealed.read(given, 2**20)
+    assert given == [] and _closed(header) and _closed(stray)

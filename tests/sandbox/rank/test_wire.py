@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sandbox.rank import wire
+from tests.support.blobs import device_header
 
 
 def roundtrip(obj):
@@ -206,18 +207,9 @@ def test_a_pooled_blob_is_never_taken_for_a_sealed_one():
     pool.close()
 
 
-def _device_header(tree, tensors, device_bytes=None) -> int:
-    """A device blob's header (what wire.write_device_blob seals), with ``device_bytes`` forged where given."""
-    layout = wire._BlobLayout(tree, tensors, device_bytes=True)
-    if device_bytes is None:
-        return wire._sealed_memfd("inputs", [layout.prefix])
-    header = json.dumps({"tree": tree, "tensors": layout.specs, "device_bytes": device_bytes}).encode()
-    return wire._sealed_memfd("inputs", [wire.MAGIC + struct.pack("<Q", len(header)) + header])
-
-
 def test_a_device_blob_header_describes_device_memory_and_is_never_read_as_host_memory():
     tensors = [torch.arange(1000, dtype=torch.float32), torch.ones(3, dtype=torch.int64)]
-    fd = _device_header([{"T": 0}, {"T": 1}], tensors)
+    fd = device_header([{"T": 0}, {"T": 1}], tensors)
     try:
         with wire.Blob(fd, 2**20) as blob:
             assert blob.device_bytes == 4096 and [s["nbytes"] for s in blob.specs] == [4000, 24]
@@ -237,7 +229,7 @@ def test_a_device_blob_header_describes_device_memory_and_is_never_read_as_host_
 
 @pytest.mark.parametrize("device_bytes", [100, -1, "4096", 2**40])
 def test_a_device_blob_whose_tensors_lie_outside_its_device_memory_is_refused(device_bytes):
-    fd = _device_header([{"T": 0}], [torch.zeros(1000)], device_bytes)
+    fd = device_header([{"T": 0}], [torch.zeros(1000)], device_bytes)
     try:
         with pytest.raises(wire.WireError):
             wire.Blob(fd, 2**30)

@@ -82,7 +82,7 @@ def test_a_device_blob_arrives_whole_and_what_is_lent_is_not_what_is_kept():
 
     tensors = [torch.randn(3 * 2**20, device="cuda").to(torch.bfloat16), torch.tensor([7], dtype=torch.int64, device="cuda"),
                torch.empty(0, device="cuda")]
-    header, lent, kept = wire.write_device_blob([{"T": 0}, {"T": 1}, {"T": 2}], tensors, 0)
+    header, lent, kept = wire.write_device_blob([{"T": 0}, {"T": 1}, {"T": 2}], tensors, 0, copies=2)
     try:
         with wire.Blob(header, 2**30) as blob:
             for fd in (lent, kept):
@@ -115,3 +115,18 @@ def test_device_memory_lent_holds_nothing_this_process_freed_before():
             assert torch.equal(raw[:1000], small) and int(raw[1000:].count_nonzero()) == 0
     finally:
         os.close(fd)
+
+
+def test_a_device_blob_is_read_back_whole_and_its_descriptors_are_taken():
+    """A revealed call or an expectation as device memory (one allocation): read straight onto the
+    device; the header and the allocation are both taken off the list and closed."""
+    import torch
+
+    tensors = [torch.randn(2**20, device="cuda"), torch.arange(5, device="cuda")]
+    given = list(wire.write_device_blob(1, tensors, 0))
+    held = list(given)
+    tree, read = wire.read_blob(given, 2**30, torch.device("cuda", 0))
+    assert tree == 1 and given == [] and all(torch.equal(a, b) for a, b in zip(read, tensors))
+    for fd in held:
+        with pytest.raises(OSError):
+            os.fstat(fd)
