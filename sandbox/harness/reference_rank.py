@@ -68,14 +68,21 @@ class ReferenceServer(RankServer):
     def make(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """``calls``: [{key, regime, rng, expect, native, perturb}]; per call an input blob (a
         device blob's header, lent and kept allocations where ``device``) and, where ``expect``,
-        an expected-output blob (in that order)."""
+        an expected-output blob (in that order).
+
+        Every call's inputs are made before any expectation: a candidate's processes run while
+        the reference makes the next round, and a checked call is the one that keeps the
+        reference (its GPU, its CPU) busy for longer; made call by call, the order of the busy
+        spells would tell a process that watches its own pace which of the round's calls are
+        checked. This way it tells how many (about pipeline.CHECKED_SHARE of a round: no secret)."""
         calls = message["calls"]
         if len(calls) > MAX_CALLS_PER_MAKE:
             raise ValueError(f"{len(calls)} calls in one make (at most {MAX_CALLS_PER_MAKE}: the reply's descriptors are bounded)")
         self.expected_blobs.returned()  # the parent read the last make's expected outputs before it asked for this one
-        blobs, described = [], []
+        held: list[list[int]] = [[] for _ in calls]
+        described, made = [], {}
         try:
-            for call in calls:
+            for position, call in enumerate(calls):
                 inputs = self._inputs(call["key"], int(call.get("regime", 0)))
                 if call.get("perturb") is not None:
                     inputs = _perturbed(self.torch, inputs, call["perturb"], call["key"])
@@ -83,17 +90,20 @@ class ReferenceServer(RankServer):
                 tree = wire.encode_tree(inputs, tensors)
                 entry: dict[str, Any] = {"expect": bool(call.get("expect")), "device": False,
                                          "input_bytes": sum(t.numel() * t.element_size() for t in tensors)}
-                blobs += self._input_blob(tree, tensors, entry)
-                if call.get("expect"):
-                    fds, summary = self._expected(tree, tensors, call["rng"], bool(call.get("native")))
-                    blobs += fds
-                    entry.update(summary)
+                held[position] += self._input_blob(tree, tensors, entry)
                 described.append(entry)
+                if call.get("expect"):
+                    made[position] = tree, tensors
+            for position, (tree, tensors) in made.items():
+                call = calls[position]
+                fds, summary = self._expected(tree, tensors, call["rng"], bool(call.get("native")))
+                held[position] += fds
+                described[position].update(summary)
         except BaseException:
-            for fd in blobs:
+            for fd in (fd for fds in held for fd in fds):
                 wire_close(fd)
             raise
-        return {"type": "made", "calls": described}, blobs
+        return {"type": "made", "calls": described}, [fd for fds in held for fd in fds]
 
     def _input_blob(self, tree: Any, tensors: list, entry: dict[str, Any]) -> list[int]:
         if self.on_device:

@@ -143,8 +143,8 @@ def export(torch, chunks: list[tuple[int, object]], nbytes: int, device: int) ->
             target.zero_()
             for offset, chunk in chunks:
                 target[offset:offset + chunk.numel()].copy_(chunk)
-            torch.cuda.synchronize(device)
         finally:
+            torch.cuda.synchronize(device)  # nothing may still be writing the range when it is unmapped
             mapping.close()
         fd = ctypes.c_int(-1)
         _check(cuda.cuMemExportToShareableHandle(ctypes.byref(fd), ctypes.c_uint64(handle.value), _POSIX_FD, ctypes.c_uint64(0)),
@@ -167,8 +167,8 @@ def imported(torch, fd: int, nbytes: int, device: int) -> Iterator[object]:
         mapping = _Mapping(handle.value, size, device)  # the driver refuses a range larger than the allocation
         try:
             yield mapping.bytes(torch, device)[:nbytes]
-            torch.cuda.synchronize(device)
         finally:
+            torch.cuda.synchronize(device)  # what the block enqueued is done with the range before it is unmapped
             mapping.close()
     finally:
         cuda.cuMemRelease(ctypes.c_uint64(handle.value))

@@ -7,7 +7,10 @@ tensor references) followed by the raw bytes of its tensors. Nothing is ever unp
 blob's tensors are exactly (dtype from ``ALLOWED_DTYPES``, shape, byte length = numel x
 itemsize), checked against the file before a byte of it is read. Whoever reads a blob copies
 what it keeps: the writer cannot change it afterwards anyway (sealed), and a reader never trusts
-more than the bytes.
+more than the bytes. A *device blob* keeps its tensors' bytes in CUDA device memory instead: the
+sealed header (its size in ``device_bytes``) is followed, among the message's descriptors, by one
+naming an allocation (sandbox/rank/device_share.py), which the reader maps, copies out of and
+unmaps; one smaller than the header says is refused by the driver before a byte is read.
 
 This module is imported by rank processes, so it imports only the standard library and torch
 (lazily, where tensors are made).
