@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sandbox.rank import commitment, wire
+from sandbox.rank import commitment, device_share, wire
 from sandbox.rank.device import RankDevice
 
 MAX_INPUT_BLOB_BYTES = 64 * 2**30
@@ -211,8 +211,13 @@ class RankServer:
             for index in message["indices"]:
                 outputs = current["outputs"][index]
                 tensors = [*outputs, *current["calls"][index]["leaves"]]  # the tree: the output count
-                blobs += wire.write_device_blob(len(outputs), tensors, self.device.device.index or 0) if on_device else \
-                    [wire.write_blob(len(outputs), tensors, name="reveal")]
+                if on_device:
+                    try:
+                        blobs += wire.write_device_blob(len(outputs), tensors, self.device.device.index or 0)
+                        continue
+                    except device_share.DeviceShareError:  # a driver without shareable allocations: memfds it is
+                        on_device = False
+                blobs.append(wire.write_blob(len(outputs), tensors, name="reveal"))
         except BaseException:
             for fd in blobs:
                 os.close(fd)
