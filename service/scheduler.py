@@ -37,6 +37,7 @@ class Scheduler:
         self.active: dict[str, JobControl] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition()
+        self._wakes = 0  # how many times wake() was called: a wake between a worker's empty claim and its wait still counts
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -49,10 +50,13 @@ class Scheduler:
 
     def wake(self) -> None:
         with self._wake:
+            self._wakes += 1
             self._wake.notify_all()
 
     def _work(self, kinds: tuple[str, ...]) -> None:
         while not self._stopping.is_set():
+            with self._wake:
+                wakes = self._wakes
             try:
                 job = self.store.claim_next(kinds)
             except Exception as error:  # noqa: BLE001 - a locked or busy database: try again shortly
@@ -60,7 +64,8 @@ class Scheduler:
                 job = None
             if job is None:
                 with self._wake:
-                    self._wake.wait(self.poll_s)
+                    if self._wakes == wakes:  # else a job came while this one claimed: claim again at once
+                        self._wake.wait(self.poll_s)
                 continue
             self._run(job)
             self.wake()  # a job ended: a token under its limit again may have queued work

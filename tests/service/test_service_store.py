@@ -143,3 +143,29 @@ def test_a_job_is_its_tokens_and_an_admin_token_sees_all(tmp_path):
         assert store.counts("alice") == {"queued": 1} and store.counts("old") == {}
     finally:
         store.close()
+
+
+def test_a_job_submitted_while_a_worker_finds_the_queue_empty_starts_at_once(store):
+    """The submit's wake lands between a worker's empty claim and its wait: the worker claims again
+    at once instead of sleeping its whole poll interval (a lost wake-up held an evaluation ~1 s)."""
+    from service.scheduler import Scheduler
+
+    started = threading.Event()
+    scheduler = Scheduler(store, {"eval": lambda job, control: started.set()}, {("eval",): 1}, poll_s=30.0)
+    claim = store.claim_next
+    raced = []
+
+    def claim_racing_a_submit(kinds=None):
+        job = claim(kinds)
+        if job is None and not raced:  # the queue looked empty; a client submits right now, before the worker waits
+            raced.append(store.submit("eval", "alice", {"n": 1})[0])
+            scheduler.wake()
+        return job
+
+    store.claim_next = claim_racing_a_submit
+    scheduler.start()
+    try:
+        assert started.wait(5.0), "the worker slept through the wake-up"
+    finally:
+        scheduler.stop(5.0)
+    assert raced and store.get(raced[0].id).status == "done"
