@@ -6,12 +6,14 @@ cap on one call's output is a model option (``--max-output-tokens``, ``max_outpu
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, BaseModel, Field
 
 from agent.control import LimitsExceeded
-from agent.providers import ModelResponse
+
+if TYPE_CHECKING:
+    from agent.providers import ModelResponse
 
 WARN_FRACTION = 0.8
 
