@@ -100,6 +100,12 @@ class Inputs:
     lent: int | None = None
     kept: int | None = None
 
+    @classmethod
+    def taken(cls, summary: dict[str, Any], fds: list[int]) -> Inputs:
+        """The inputs a reference rank's ``made`` entry ``summary`` describes, taken off the head of ``fds``."""
+        held = [fds.pop(0) for _ in range(3 if summary["device"] else 1)]
+        return cls(held[0], int(summary["input_bytes"]), *held[1:])
+
     def for_group(self, trusted: bool) -> list[int]:
         """The descriptors a rank of the reference's group (``trusted``) or the candidate's stages from."""
         if self.lent is None:

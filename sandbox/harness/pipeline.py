@@ -372,8 +372,7 @@ class Evaluation:
             if len(answer.reply.calls) != len(calls):
                 raise RuntimeError(f"reference rank {answer.rank} made {len(answer.reply.calls)} calls of {len(calls)}")
             for call, summary in zip(calls, answer.reply.calls):
-                held = [answer.fds.pop(0) for _ in range(3 if summary["device"] else 1)]
-                call.inputs.append(Inputs(held[0], int(summary["input_bytes"]), *held[1:]))
+                call.inputs.append(Inputs.taken(summary, answer.fds))
                 call.expected.append(Expected.read(summary, answer.fds, device) if summary["expect"] else None)
 
     @contextlib.contextmanager

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 from problems.contract import Problem
 from sandbox.harness import messages as m
-from sandbox.harness.calls import Expected
+from sandbox.harness.calls import Expected, Inputs
 from sandbox.harness.groups import RankFailure, RankGroup, close_answers
 from sandbox.harness.verdict import Verdict
 from sandbox.harness.launch import reference_launcher
@@ -51,8 +50,7 @@ def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tupl
                 try:
                     for answer in answers:
                         for summary in answer.reply.calls:
-                            for _ in range(3 if summary["device"] else 1):  # its inputs (a device blob: its header, lent, kept)
-                                os.close(answer.fds.pop(0))
+                            Inputs.taken(summary, answer.fds).close()  # only the expectations are wanted here
                             outputs[answer.rank].append(Expected.read(summary, answer.fds, _compare_device(device)))
                 finally:
                     close_answers(answers)
