@@ -257,7 +257,7 @@ def write_device_blob(tree: Any, tensors: list, device: int, copies: int = 1) ->
 
     from sandbox.rank import device_share
 
-    layout = _BlobLayout(tree, tensors, device_bytes=True)
+    layout = _BlobLayout(tree, tensors, on_device=True)
     chunks = [(spec["offset"], flat.view(torch.uint8)) for flat, spec in zip(layout.flats, layout.specs) if spec["nbytes"]]
     header = _sealed_memfd("inputs", [layout.prefix])
     fds = [header]
@@ -348,7 +348,7 @@ class BlobPool:
 class _BlobLayout:
     """A blob's header and where each tensor's bytes go, before any is written."""
 
-    def __init__(self, tree: Any, tensors: list, device_bytes: bool = False):
+    def __init__(self, tree: Any, tensors: list, on_device: bool = False):
         specs, flats, offset = [], [], 0
         for tensor in tensors:
             flat = tensor.detach().contiguous().reshape(-1)
@@ -357,7 +357,7 @@ class _BlobLayout:
                           "requires_grad": bool(tensor.requires_grad)})
             flats.append(flat)
             offset += nbytes + (-nbytes % ALIGN)
-        described = {"tree": tree, "tensors": specs, **({"device_bytes": offset} if device_bytes else {})}
+        described = {"tree": tree, "tensors": specs, **({"device_bytes": offset} if on_device else {})}
         header = json.dumps(described, separators=(",", ":"), allow_nan=False).encode()
         prefix = MAGIC + struct.pack("<Q", len(header)) + header
         self.prefix = prefix + bytes(-len(prefix) % ALIGN)
