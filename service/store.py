@@ -153,6 +153,7 @@ class Store:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
+        self._listeners: list[Callable[[str], None]] = []
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the reply that follows it
@@ -173,6 +174,23 @@ class Store:
     def _read(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._db.execute(sql, tuple(args)).fetchall()
+
+    def listen(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """``listener(job_id)`` is called (in the writing thread) after each write of a job's events
+        or status; returns what stops it."""
+        with self._lock:
+            self._listeners.append(listener)
+        return lambda: self._unlisten(listener)
+
+    def _unlisten(self, listener: Callable[[str], None]) -> None:
+        with self._lock:
+            self._listeners.remove(listener)
+
+    def _changed(self, job_id: str) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(job_id)
 
     # tokens
 
@@ -259,6 +277,7 @@ class Store:
         cursor = self._write("UPDATE jobs SET status = ?, result = ?, error = ?, finished_at = ? WHERE id = ? AND status IN ('queued', 'running')",
                              (status, None if result is None else self.redact(json.dumps(result, default=str)),
                              None if error is None else self.redact(error), time.time(), job_id))
+        self._changed(job_id)
         return cursor.rowcount > 0
 
     def request_cancel(self, job_id: str) -> tuple[Job | None, bool]:
@@ -267,6 +286,7 @@ class Store:
             cursor = self._db.execute("UPDATE jobs SET status = 'cancelled', finished_at = ?, cancel_requested = 1 "
                                       "WHERE id = ? AND status = 'queued'", (time.time(), job_id))
             self._db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'running'", (job_id,))
+        self._changed(job_id)
         return self.get(job_id), cursor.rowcount > 0
 
     def recover(self, rerun_kinds: Iterable[str] = ("eval", "batch")) -> dict[str, list[str]]:
@@ -302,7 +322,8 @@ class Store:
             last = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
             self._db.execute("INSERT INTO events (job_id, seq, at, type, data) VALUES (?, ?, ?, ?, ?)",
                              (job_id, last + 1, time.time(), type_, self.redact(json.dumps(data, default=str))))
-            return last + 1
+        self._changed(job_id)
+        return last + 1
 
     def events(self, job_id: str, after: int = 0, type_: str | None = None) -> list[Event]:
         sql, args = "SELECT * FROM events WHERE job_id = ? AND seq > ?", [job_id, after]

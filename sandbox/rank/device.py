@@ -167,6 +167,23 @@ class RankDevice:
     def _device_barrier(self):
         """A barrier kernel among the ranks on the current stream (torch symmetric memory's own),
         so every rank's timed interval starts together; None where symmetric memory is missing."""
+        handle = self._symmetric_handle(16)
+        if handle is None:
+            return None  # alignment by the parent's go message alone
+        channel = 31  # the last channel: candidates' SymmetricBuffer barriers use the low ones of their own buffers
+        return lambda: handle.barrier(channel=channel)
+
+    def prewarm_symmetric_memory(self) -> None:
+        """Symmetric memory's one-time set-up in this process, before any candidate code runs: the
+        first buffer a process makes took 1.8-2.6 s on the H200 and the next 3-4 ms
+        (benchmarks/first_call.py), so a group started ahead pays it instead of its candidate's first
+        call. A group with a device barrier made its buffer already."""
+        if self.cuda and self.barrier is None:
+            self._symmetric_handle(1)
+
+    def _symmetric_handle(self, numel: int):
+        """A rendezvoused symmetric buffer of ``numel`` uint32 among the group's ranks; None where
+        symmetric memory is missing."""
         try:
             import torch.distributed._symmetric_memory as symm_mem
 
@@ -177,9 +194,7 @@ class RankDevice:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     symm_mem.enable_symm_mem_for_group(group.group_name)
-            buffer = symm_mem.empty(16, dtype=self.torch.uint32, device=self.device)
-            handle = symm_mem.rendezvous(buffer, group)
-            channel = 31  # the last channel: candidates' SymmetricBuffer barriers use the low ones of their own buffers
-            return lambda: handle.barrier(channel=channel)
-        except Exception:  # noqa: BLE001 - alignment by the parent's go message alone
+            buffer = symm_mem.empty(numel, dtype=self.torch.uint32, device=self.device)
+            return symm_mem.rendezvous(buffer, group)
+        except Exception:  # noqa: BLE001 - no symmetric memory here
             return None
