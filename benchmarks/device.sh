@@ -37,6 +37,8 @@
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
+#   first_call                benchmarks/first_call.py: a symm candidate's first calls on a fresh rank, with and without symmetric memory set up before
+#   prewarm_ab                stability without, with, without, with symmetric memory set up before the candidate (KLOOP_PREWARM_SYMMETRIC)
 #   stability_baseline        the same in .baseline (an older tree, carried)
 set -uo pipefail
 OUT=${OUT:-/tmp/kloop-out}
@@ -119,6 +121,13 @@ for name in "$@"; do
       if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"
       else part "$name" 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
       grep -E "job|^timing|all_reduce \||clock:" "$OUT/$name.log" ;;
+    first_call) part "$name" 200 python3 benchmarks/first_call.py --sizes small default --repeats 2; sed -n '/^a candidate/,$p' "$OUT/$name.log" ;;
+    prewarm_ab)
+      for v in 0 1 0 1; do
+        part "prewarm_$v" 80 env KLOOP_PREWARM_SYMMETRIC=$v python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
+          --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5
+        grep -E "^all_reduce \|" "$OUT/prewarm_$v.log"
+      done ;;
     batch_oracles|batch_oracles_quick)
       config=benchmarks/batch_oracles_cuda.yaml
       if [ "$name" = batch_oracles_quick ]; then config=$OUT/batch_oracles_quick.yaml; sed 's/^samples: .*/samples: 1/' benchmarks/batch_oracles_cuda.yaml > "$config"; fi

@@ -21,9 +21,11 @@ from paths import ROOT
 from table import print_table
 
 CHILD = r"""
-import json, sys, time, runpy
+import json, os, sys, time, runpy
 started = time.perf_counter()
 pieces = {}
+def threads():  # this process's threads and the CPUs it may run on: what a set-up may leave behind
+    return f"{len(os.listdir('/proc/self/task'))} threads, {len(os.sched_getaffinity(0))} cpus"
 def took(name, since):
     now = time.perf_counter(); pieces[name] = round((now - since) * 1000, 2); return now
 import torch
@@ -53,9 +55,11 @@ device.synchronize()
 t = took("inputs", t)
 solution = runpy.run_path(sys.argv[3])["solution"]
 t = took("candidate import", t)
+pieces["before call 1"] = threads()
 for call in range(1, 4):
     solution(*inputs); device.synchronize()
     t = took(f"call {call}", t)
+pieces["after call 3"] = threads()
 print("PIECES " + json.dumps(pieces))
 """
 

@@ -35,6 +35,12 @@ PREFETCH_READY_S = 180.0
 # it begins, and a group's start-up (jail, torch, device, process group) takes about as long as three small
 # evaluations on a GPU host
 POOL_DEPTH = int(os.environ.get("KLOOP_WARM_DEPTH", "4"))  # the env: for A/B runs of the pool on a GPU host
+# candidate ranks set symmetric memory up before they are ready (RankDevice.prewarm_symmetric_memory): off unless the env
+# asks. On the H200 it took a symm candidate's first call from ~2 s to ~10 ms (a warm evaluation 3.8 -> 2.6 s, 12 -> 27 a
+# minute), but its timings got noisier: in 7 runs of 5 jobs each, interleaved in one device call, the candidate's median
+# spread 1.51-1.74x over the jobs of each run with it (some jobs 0.65-0.72 ms a call instead of 0.41-0.45) and 1.08-1.27x
+# without (benchmarks/timing_stability.py); a judge that changes what it times is not made faster that way
+PREWARM_SYMMETRIC = os.environ.get("KLOOP_PREWARM_SYMMETRIC", "0") == "1"
 MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds memory, on a GPU a device context)
 # ranks of reference groups kept loaded between evaluations, the most recently used first: each holds a device context,
 # torch and up to 512 MiB of expected outputs a rank, and a batch over many problems would keep one group for each
@@ -72,11 +78,11 @@ def start_candidate(world: int, device: str, allow_nccl: bool, folder: Path, dty
                     prewarm_symmetric: bool) -> RankGroup:
     """``prewarm_symmetric``: its ranks set symmetric memory up before they say they are ready
     (about 2 s a process on the H200, which a group started ahead hides and a candidate's first
-    call would otherwise pay)."""
+    call would otherwise pay), where PREWARM_SYMMETRIC allows it."""
     _fresh(folder)
     (folder / "tmp").mkdir()
     config = {"mode": device, "dtype": dtype, "shape": shape, "store": str(folder / "store"), "collectives": allow_nccl,
-              "prewarm_symmetric": prewarm_symmetric and device != "cpu"}
+              "prewarm_symmetric": prewarm_symmetric and device != "cpu" and PREWARM_SYMMETRIC}
     group = RankGroup("candidate", world, config, candidate_launcher(folder, device, "loopback" if allow_nccl else "none"), None)
     group.workdir = folder
     return group
