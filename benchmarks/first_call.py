@@ -34,10 +34,12 @@ from sandbox.rank.device import RankDevice
 from problems import find_problem
 device = RankDevice(0, 1, sys.argv[4], sys.argv[1], collectives=False)
 t = took("rank device (cuda init, group, flushes, calibration)", t)
+pieces["after rank device"] = threads()
 import kloop_runtime, kloop_runtime.symmetric as symmetric
 if sys.argv[5] == "prewarm":
     device.prewarm_symmetric_memory(); device.synchronize()
     t = took("prewarm_symmetric_memory", t)
+    pieces["after prewarm"] = threads()
 for owner, name in ((symmetric.SymmetricBuffer, "__init__"), (kloop_runtime, "load_kernel")):
     original = getattr(owner, name)
     def timed(*args, _original=original, _name=name, **kwargs):

@@ -6,8 +6,8 @@ speedup, tokens, cost), ``verdict`` (an evaluation's), a batch's ``batch_started
 ``episode_started``, ``episode`` (agent/batch's EpisodeResult) and ``episode_retried``, and a last
 ``end`` with the job's final status. A client
 that reconnects with ``Last-Event-ID`` gets only what it missed. A stream wakes as soon as the store
-writes for its job (``Store.listen``); it also looks every ``POLL_S``, for writes made by another
-process.
+writes an event of its job (``Store.listen``); it also looks every ``POLL_S``, for writes made by
+another process.
 """
 
 from __future__ import annotations

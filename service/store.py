@@ -176,8 +176,8 @@ class Store:
             return self._db.execute(sql, tuple(args)).fetchall()
 
     def listen(self, listener: Callable[[str], None]) -> Callable[[], None]:
-        """``listener(job_id)`` is called (in the writing thread) after each write of a job's events
-        or status; returns what stops it."""
+        """``listener(job_id)`` is called (in the writing thread) after each event written for a job
+        (a job's status changes come with one, written just after its row); returns what stops it."""
         with self._lock:
             self._listeners.append(listener)
         return lambda: self._unlisten(listener)
@@ -186,7 +186,7 @@ class Store:
         with self._lock:
             self._listeners.remove(listener)
 
-    def _changed(self, job_id: str) -> None:
+    def _written(self, job_id: str) -> None:
         with self._lock:
             listeners = list(self._listeners)
         for listener in listeners:
@@ -277,7 +277,6 @@ class Store:
         cursor = self._write("UPDATE jobs SET status = ?, result = ?, error = ?, finished_at = ? WHERE id = ? AND status IN ('queued', 'running')",
                              (status, None if result is None else self.redact(json.dumps(result, default=str)),
                              None if error is None else self.redact(error), time.time(), job_id))
-        self._changed(job_id)
         return cursor.rowcount > 0
 
     def request_cancel(self, job_id: str) -> tuple[Job | None, bool]:
@@ -286,7 +285,6 @@ class Store:
             cursor = self._db.execute("UPDATE jobs SET status = 'cancelled', finished_at = ?, cancel_requested = 1 "
                                       "WHERE id = ? AND status = 'queued'", (time.time(), job_id))
             self._db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'running'", (job_id,))
-        self._changed(job_id)
         return self.get(job_id), cursor.rowcount > 0
 
     def recover(self, rerun_kinds: Iterable[str] = ("eval", "batch")) -> dict[str, list[str]]:
@@ -322,7 +320,7 @@ class Store:
             last = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
             self._db.execute("INSERT INTO events (job_id, seq, at, type, data) VALUES (?, ?, ?, ?, ?)",
                              (job_id, last + 1, time.time(), type_, self.redact(json.dumps(data, default=str))))
-        self._changed(job_id)
+        self._written(job_id)
         return last + 1
 
     def events(self, job_id: str, after: int = 0, type_: str | None = None) -> list[Event]:
