@@ -43,3 +43,45 @@ def test_a_stream_wakes_when_its_job_is_written_and_ends_with_it(tmp_path):
     assert seen[0][0] >= 0.4 and seen[-1][0] < 5.0, seen
     assert store._listeners == []  # the stream stopped listening when it ended
     store.close()
+
+
+def test_a_client_that_leaves_stops_its_stream_listening(tmp_path):
+    """The API's event stream (uvicorn on loopback, the real app; no worker runs, so the job stays
+    queued and its stream open) listens while a client reads and stops when the client leaves."""
+    import socket
+
+    import httpx
+    import uvicorn
+
+    from service.api import create_app
+    from service.auth import create_token
+    from service.server import Service, ServerSettings
+
+    service = Service(ServerSettings(db=tmp_path / "jobs.db", cpu_slots=1))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        token = create_token(service.store, "tester")
+        job, _ = service.store.submit("eval", "tester", {"problem": "all_reduce"})
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}) as client:
+            for _ in range(3):
+                with client.stream("GET", f"/v1/jobs/{job.id}/events", timeout=30) as stream:
+                    assert stream.status_code == 200
+                    assert next(stream.iter_lines()).startswith(": stream of job")
+                    assert len(service.store._listeners) == 1
+                deadline = time.monotonic() + 10
+                while service.store._listeners and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert service.store._listeners == []
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        service.evaluations.close()
+        service.store.close()
