@@ -89,7 +89,10 @@ def start_candidate(world: int, device: str, allow_nccl: bool, folder: Path, dty
 
 
 def uses_symmetric_memory(evaluation) -> bool:
-    """Whether the candidate's source names symmetric memory: a hint for its group's start-up, never a rule."""
+    """Whether the candidate's source names symmetric memory: a hint for its group's start-up, never a
+    rule (read only where PREWARM_SYMMETRIC would act on it)."""
+    if not PREWARM_SYMMETRIC:
+        return False
     try:
         source = (evaluation.workdir / evaluation.config.solution).read_text(errors="replace")
     except OSError:
