@@ -33,12 +33,14 @@
 #   vs_pkb                    benchmarks/vs_pkb.py: PKB's run_local vs kloop eval, cold and warm, one file (about 5 min)
 #   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
-#   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1
+#   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1 (throughput_short: 16)
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
-#   first_call                benchmarks/first_call.py: a symm candidate's first calls on a fresh rank, with and without symmetric memory set up before
-#   prewarm_ab                stability without, with, without, with symmetric memory set up before the candidate (KLOOP_PREWARM_SYMMETRIC)
+#   first_call                benchmarks/first_call.py: a symm candidate's first calls on a fresh rank, with and without torch's shape checks imported before
+#   symm_steps                first_call.py --steps: a first symmetric buffer, torch call by torch call
+#   symm_profile              a py-spy profile of that (carry .tools: py-spy's wheel), summed by benchmarks/stack_profile.py
+#   stability_ab              stability in this tree, in .baseline (an older tree, carried), in this tree, in .baseline
 #   stability_baseline        the same in .baseline (an older tree, carried)
 set -uo pipefail
 OUT=${OUT:-/tmp/kloop-out}
@@ -106,7 +108,8 @@ for name in "$@"; do
         --out /tmp/pkb_refs --resume
       cp -r /tmp/pkb_refs "$OUT/"; grep -E ": (correct|cannot|too|harness|skipped)" "$OUT/$name.log" | cut -c1-200
       sed -n '/^summary/,$p' "$OUT/$name.log" ;;
-    throughput) part "$name" 480 python3 benchmarks/throughput.py --device cuda --world 1 --count 40 --out "$OUT/throughput"
+    throughput|throughput_short) part "$name" 480 python3 benchmarks/throughput.py --device cuda --world 1 \
+      --count $([ "$name" = throughput ] && echo 40 || echo 16) --out "$OUT/throughput"
       sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
     warm_eval) part "$name" 300 python3 benchmarks/warm_eval.py --device cuda --world 1 --runs 8 --json "$OUT/warm_eval.json"
       grep -E "^(first|warm [0-9]+):|   where:" "$OUT/$name.log" | head -18; sed -n '/^warm eval through/,$p' "$OUT/$name.log" ;;
@@ -121,12 +124,23 @@ for name in "$@"; do
       if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"
       else part "$name" 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
       grep -E "job|^timing|all_reduce \||clock:" "$OUT/$name.log" ;;
-    first_call) part "$name" 200 python3 benchmarks/first_call.py --sizes small default --repeats 2; sed -n '/^a candidate/,$p' "$OUT/$name.log" ;;
-    prewarm_ab)
-      for v in 0 1 0 1; do
-        part "prewarm_$v" 80 env KLOOP_PREWARM_SYMMETRIC=$v python3 benchmarks/timing_stability.py --world 1 --problems all_reduce \
-          --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5
-        grep -E "^all_reduce \|" "$OUT/prewarm_$v.log"
+    first_call) part "$name" 200 python3 benchmarks/first_call.py --sizes small --repeats 2; sed -n '/^a candidate/,$p' "$OUT/$name.log" ;;
+    symm_steps) part "$name" 200 python3 benchmarks/first_call.py --steps --repeats 2
+      sed -n '/^a process/,$p' "$OUT/$name.log" ;;
+    symm_profile)
+      python3 -m pip install -q --no-index --no-deps --target /tmp/tools .tools/py_spy*.whl || exit 1
+      timeout 150 /tmp/tools/bin/py-spy record --subprocesses --native --format raw -r 100 -o /tmp/symm_pyspy.txt -- \
+        python3 benchmarks/first_call.py --steps --repeats 1 --variants plain > "$OUT/symm_pyspy.log" 2>&1
+      echo "py-spy exit $?"; grep -E "^steps" "$OUT/symm_pyspy.log"
+      (cd benchmarks && python3 stack_profile.py /tmp/symm_pyspy.txt --within 'empty \(torch/distributed' --top 40) \
+        > "$OUT/symm_profile.log" 2>&1; cut -c1-220 "$OUT/symm_profile.log"
+      gzip -c /tmp/symm_pyspy.txt > "$OUT/symm_pyspy.txt.gz" ;;
+    stability_ab)
+      stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5"
+      for run in 1_new 2_baseline 3_new 4_baseline; do
+        if [ "${run#*_}" = new ]; then part "stability_$run" 110 python3 $stability
+        else part "stability_$run" 110 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
+        grep -E "^all_reduce \||job [0-9]" "$OUT/stability_$run.log" | cut -c1-150
       done ;;
     batch_oracles|batch_oracles_quick)
       config=benchmarks/batch_oracles_cuda.yaml

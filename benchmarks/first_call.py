@@ -2,9 +2,15 @@
 "candidate call" goes on a GPU (its first call sets up symmetric memory and loads its kernel).
 
 Each case runs in a fresh process set up as a candidate's rank is (RankDevice: world 1, the
-no-collectives group), without the jail or the harness around it, and prints ms per piece.
+no-collectives group), without the jail or the harness around it, and prints ms per piece; the
+variant ``shape_checks`` imports what a group's zygote imports ahead for such candidates
+(sandbox.rank.zygote.SHAPE_CHECKS). ``--steps``: a process's first symmetric buffer instead, torch
+call by torch call (on the H200 the first ``symm_mem.empty`` took 2.0-4.4 s, nearly all of it
+importing sympy for torch's shape check; TORCH_SYMMMEM=CUDA or TORCH_SYMMMEM_IMPLICIT_POOL=0 in the
+environment changed nothing).
 
     python benchmarks/first_call.py --sizes small default --repeats 3
+    python benchmarks/first_call.py --steps --repeats 2
 """
 
 from __future__ import annotations
@@ -36,10 +42,11 @@ device = RankDevice(0, 1, sys.argv[4], sys.argv[1], collectives=False)
 t = took("rank device (cuda init, group, flushes, calibration)", t)
 pieces["after rank device"] = threads()
 import kloop_runtime, kloop_runtime.symmetric as symmetric
-if sys.argv[5] == "prewarm":
-    device.prewarm_symmetric_memory(); device.synchronize()
-    t = took("prewarm_symmetric_memory", t)
-    pieces["after prewarm"] = threads()
+if sys.argv[5] == "shape_checks":
+    import importlib
+    from sandbox.rank.zygote import SHAPE_CHECKS
+    importlib.import_module(SHAPE_CHECKS)
+    t = took("import shape checks", t)
 for owner, name in ((symmetric.SymmetricBuffer, "__init__"), (kloop_runtime, "load_kernel")):
     original = getattr(owner, name)
     def timed(*args, _original=original, _name=name, **kwargs):
@@ -66,30 +73,79 @@ print("PIECES " + json.dumps(pieces))
 """
 
 
+STEPS = r"""
+import json, os, sys, time
+import torch, torch.distributed as dist
+pieces, t = {}, time.perf_counter()
+def took(name):
+    global t
+    torch.cuda.synchronize(); now = time.perf_counter(); pieces[name] = round((now - t) * 1000, 2); t = now
+torch.cuda.init(); torch.zeros(1, device="cuda"); took("cuda init")
+dist.init_process_group("gloo", store=dist.FileStore(sys.argv[1], 1), rank=0, world_size=1); took("group")
+import torch.distributed._symmetric_memory as symm_mem; took("import symm_mem")
+if sys.argv[2] == "shape_checks":
+    import importlib
+    from sandbox.rank.zygote import SHAPE_CHECKS
+    importlib.import_module(SHAPE_CHECKS); took("import shape checks")
+if hasattr(symm_mem, "get_backend"):
+    pieces["backend"] = str(symm_mem.get_backend("cuda")); took("get_backend")
+if hasattr(symm_mem, "is_nvshmem_available"):
+    pieces["nvshmem"] = str(symm_mem.is_nvshmem_available()); took("is_nvshmem_available")
+if hasattr(symm_mem, "enable_symm_mem_for_group"):
+    symm_mem.enable_symm_mem_for_group(dist.group.WORLD.group_name); took("enable_symm_mem_for_group")
+buffer = symm_mem.empty(1, dtype=torch.uint32, device="cuda"); took("empty 1")
+handle = symm_mem.rendezvous(buffer, dist.group.WORLD); took("rendezvous 1")
+second = symm_mem.empty(1 << 20, dtype=torch.uint32, device="cuda"); took("empty 2")
+symm_mem.rendezvous(second, dist.group.WORLD); took("rendezvous 2")
+print("PIECES " + json.dumps(pieces))
+"""
+VARIANTS = ("plain", "shape_checks")
+
+
+def run_child(code: str, args: list[str]) -> tuple[dict | None, float, str]:
+    """One fresh process; its PIECES line, its wall time in ms, and its stderr's end."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    wall = (time.perf_counter() - started) * 1000
+    line = next((x for x in done.stdout.splitlines() if x.startswith("PIECES ")), None)
+    return (json.loads(line[len("PIECES "):]) if line else None), wall, done.stderr[-3000:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["small", "default"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
+                        help="shape_checks: the process imports sandbox.rank.zygote.SHAPE_CHECKS first")
+    parser.add_argument("--steps", action="store_true", help="instead: a first symmetric buffer, torch call by torch call")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: checks this script without a GPU")
     parser.add_argument("--candidate", type=Path, default=ROOT / "tests/fixtures/candidates/all_reduce_symm.py")
     args = parser.parse_args(argv)
+    if args.steps:
+        rows, names = [], []
+        for variant in args.variants:
+            for repeat in range(args.repeats):
+                with tempfile.TemporaryDirectory() as folder:
+                    pieces, wall, err = run_child(STEPS, [str(Path(folder) / "store"), variant])
+                print(f"steps {variant} #{repeat}: {pieces or 'failed'}" + ("" if pieces else "\n" + err), flush=True)
+                if pieces:
+                    names += [name for name in pieces if name not in names]
+                    rows.append((variant, repeat, round(wall), pieces))
+        print_table("a process's first symmetric buffer, torch call by torch call (ms)",
+                    ["variant", "#", "process_ms", *names], [[*row[:3], *[row[3].get(name) for name in names]] for row in rows])
+        return 0
     rows, names = [], []
-    for size, variant in [(size, variant) for size in args.sizes for variant in ("plain", "prewarm")]:
+    for size, variant in [(size, variant) for size in args.sizes for variant in args.variants]:
         for repeat in range(args.repeats):
             with tempfile.TemporaryDirectory() as folder:
-                started = time.perf_counter()
-                done = subprocess.run([sys.executable, "-c", CHILD, str(Path(folder) / "store"), size, str(args.candidate), args.device, variant],
-                                      cwd=ROOT, capture_output=True, text=True, timeout=300)
-                wall = (time.perf_counter() - started) * 1000
-            line = next((x for x in done.stdout.splitlines() if x.startswith("PIECES ")), None)
-            if line is None:
-                print(f"{size} {variant} #{repeat}: failed\n{done.stderr[-3000:]}", flush=True)
+                pieces, wall, err = run_child(CHILD, [str(Path(folder) / "store"), size, str(args.candidate), args.device, variant])
+            if pieces is None:
+                print(f"{size} {variant} #{repeat}: failed\n{err}", flush=True)
                 continue
-            pieces = json.loads(line[len("PIECES "):])
             print(f"{size} {variant} #{repeat}: {pieces}", flush=True)
             names += [name for name in pieces if name not in names]
             rows.append((size, variant, repeat, round(wall), pieces))
-    print_table("a candidate's first calls on a fresh rank (ms; prewarm: RankDevice.prewarm_symmetric_memory before the candidate)",
+    print_table("a candidate's first calls on a fresh rank (ms; shape_checks: imported first, as a zygote does)",
                 ["size", "variant", "#", "process_ms", *names], [[*row[:4], *[row[4].get(name) for name in names]] for row in rows])
     return 0
 

@@ -35,12 +35,6 @@ PREFETCH_READY_S = 180.0
 # it begins, and a group's start-up (jail, torch, device, process group) takes about as long as three small
 # evaluations on a GPU host
 POOL_DEPTH = int(os.environ.get("KLOOP_WARM_DEPTH", "4"))  # the env: for A/B runs of the pool on a GPU host
-# candidate ranks set symmetric memory up before they are ready (RankDevice.prewarm_symmetric_memory): off unless the env
-# asks. On the H200 it took a symm candidate's first call from ~2 s to ~10 ms (a warm evaluation 3.8 -> 2.6 s, 12 -> 27 a
-# minute), but its timings got noisier: in 7 runs of 5 jobs each, interleaved in one device call, the candidate's median
-# spread 1.51-1.74x over the jobs of each run with it (some jobs 0.65-0.72 ms a call instead of 0.41-0.45) and 1.08-1.27x
-# without (benchmarks/timing_stability.py); a judge that changes what it times is not made faster that way
-PREWARM_SYMMETRIC = os.environ.get("KLOOP_PREWARM_SYMMETRIC", "0") == "1"
 MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds memory, on a GPU a device context)
 # ranks of reference groups kept loaded between evaluations, the most recently used first: each holds a device context,
 # torch and up to 512 MiB of expected outputs a rank, and a batch over many problems would keep one group for each
@@ -75,14 +69,15 @@ def start_reference(world: int, device: str, problem_ref: str, dtype: str, shape
 
 
 def start_candidate(world: int, device: str, allow_nccl: bool, folder: Path, dtype: str, shape: dict[str, Any],
-                    prewarm_symmetric: bool) -> RankGroup:
-    """``prewarm_symmetric``: its ranks set symmetric memory up before they say they are ready
-    (about 2 s a process on the H200, which a group started ahead hides and a candidate's first
-    call would otherwise pay), where PREWARM_SYMMETRIC allows it."""
+                    import_shape_checks: bool) -> RankGroup:
+    """``import_shape_checks``: its ranks import what torch's shape checks import on first use
+    (sandbox.rank.zygote.SHAPE_CHECKS, which symmetric memory's first buffer needs) before they are
+    ready: a group started ahead hides that, and a fresh one pays it beside the reference group's
+    start-up rather than in its candidate's first call."""
     _fresh(folder)
     (folder / "tmp").mkdir()
     config = {"mode": device, "dtype": dtype, "shape": shape, "store": str(folder / "store"), "collectives": allow_nccl,
-              "prewarm_symmetric": prewarm_symmetric and device != "cpu" and PREWARM_SYMMETRIC}
+              "import_shape_checks": import_shape_checks}
     group = RankGroup("candidate", world, config, candidate_launcher(folder, device, "loopback" if allow_nccl else "none"), None)
     group.workdir = folder
     return group
@@ -90,9 +85,7 @@ def start_candidate(world: int, device: str, allow_nccl: bool, folder: Path, dty
 
 def uses_symmetric_memory(evaluation) -> bool:
     """Whether the candidate's source names symmetric memory: a hint for its group's start-up, never a
-    rule (read only where PREWARM_SYMMETRIC would act on it)."""
-    if not PREWARM_SYMMETRIC:
-        return False
+    rule."""
     try:
         source = (evaluation.workdir / evaluation.config.solution).read_text(errors="replace")
     except OSError:
@@ -348,7 +341,7 @@ class WarmGroups:
                 return
             self._in_flight.add(entry)
         try:
-            group = start_candidate(world, device, allow_nccl, self._folder("candidate"), dtype, shape, prewarm_symmetric=True)
+            group = start_candidate(world, device, allow_nccl, self._folder("candidate"), dtype, shape, import_shape_checks=True)
         except Exception as error:  # noqa: BLE001 - the evaluation that takes it starts its own instead
             log.warning("could not start a candidate group ahead", error=f"{type(error).__name__}: {error}")
             self._started(entry)

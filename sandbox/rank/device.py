@@ -173,15 +173,6 @@ class RankDevice:
         channel = 31  # the last channel: candidates' SymmetricBuffer barriers use the low ones of their own buffers
         return lambda: handle.barrier(channel=channel)
 
-    def prewarm_symmetric_memory(self) -> None:
-        """Symmetric memory's one-time set-up in this process, before any candidate code runs: the
-        first buffer a process makes took 1.8-2.6 s on the H200 and the next 3-4 ms
-        (benchmarks/first_call.py), so a group started ahead pays it instead of its candidate's first
-        call (where sandbox.harness.warm.PREWARM_SYMMETRIC allows: it made timings noisier). A group
-        with a device barrier made its buffer already."""
-        if self.cuda and self.barrier is None:
-            self._prewarmed = self._symmetric_handle(1)  # kept, as the device barrier's is
-
     def _symmetric_handle(self, numel: int):
         """A rendezvoused symmetric buffer of ``numel`` uint32 among the group's ranks; None where
         symmetric memory is missing."""

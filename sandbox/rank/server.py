@@ -43,8 +43,6 @@ class RankServer:
         self._compile_ids = 0
         self.device = RankDevice(self.rank, self.world, config["mode"], config["store"], config["collectives"],
                                  on_cpu=config.get("on_cpu", False))
-        if config.get("prewarm_symmetric"):
-            self.device.prewarm_symmetric_memory()
         self.torch = self.device.torch
         self.commitment_scheme = commitment.scheme(self.world, config["mode"])
         if self.commitment_scheme == "tree" and self.device.cuda:

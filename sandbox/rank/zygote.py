@@ -9,6 +9,7 @@ and waits for them. It dies with its parent; each rank dies with the zygote.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import os
 import signal
@@ -16,6 +17,10 @@ import sys
 from typing import Any, Callable
 
 _PR_SET_PDEATHSIG = 1
+# what torch._check imports on its first call (with sympy): torch's symmetric memory checks a new buffer's shape
+# with it, so without this a candidate's first symmetric buffer took 2.0-4.4 s on the H200 and the next 0.3 ms
+# (benchmarks/first_call.py --steps, and a py-spy profile of it). A plain import: nothing on the device changes.
+SHAPE_CHECKS = "torch.fx.experimental.symbolic_shapes"
 
 
 def die_with_parent() -> None:
@@ -32,6 +37,8 @@ def run_ranks(config: dict[str, Any], make_server: Callable[[Any, dict[str, Any]
     import torch  # noqa: F401 - imported once here, shared by every forked rank
     import torch.distributed  # noqa: F401
 
+    if config.get("import_shape_checks"):
+        importlib.import_module(SHAPE_CHECKS)
     from sandbox.rank.wire import Channel
 
     die_with_parent()

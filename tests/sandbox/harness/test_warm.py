@@ -33,8 +33,13 @@ def _config(**overrides):
 
 
 def _token(report) -> str:
+    return _printed(report, "kloop-token")
+
+
+def _printed(report, key: str) -> str:
+    """What candidate rank 0 printed after ``key`` on a line of its own log."""
     text = "\n".join(excerpt.text() for excerpt in report.logs if "candidate rank 0" in excerpt.name)
-    return next((line.split()[1] for line in text.splitlines() if line.startswith("kloop-token ")), "")
+    return next((line.split()[1] for line in text.splitlines() if line.startswith(key + " ")), "")
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -90,6 +95,35 @@ def test_the_marking_fixture_sees_a_reused_process(tmp_path, monkeypatch):
                     spec.loader.exec_module(module)
     finally:
         sys.path[:] = [entry for entry in sys.path if not entry.startswith("/kloop-reuse-mark/")]
+
+
+# ---------------------------------------------------------------------------- start-up hints
+def test_a_fresh_group_imports_shape_checks_for_a_source_that_names_symmetric_memory(box):
+    """torch's first shape check imports sympy (2-4 s of a symmetric-memory candidate's first call
+    on the H200): a fresh group whose candidate names symmetric memory imports it before its ranks
+    are ready, seen from inside the rank; one that does not name it (the control) does not."""
+    from sandbox.evaluate import evaluate_in
+    from sandbox.rank.zygote import SHAPE_CHECKS
+
+    assert SHAPE_CHECKS == "torch.fx.experimental.symbolic_shapes"  # the name the fixture looks for
+    plain = source("all_reduce_reports_shape_checks")
+    seen = {}
+    for name, text in (("plain", plain), ("names it", "# a SymmetricBuffer would do\n" + plain)):
+        report = evaluate_in(box, text, _config())
+        assert report.status == "correct", report.message
+        seen[name] = _printed(report, "kloop-shape-checks")
+    assert seen == {"plain": "False", "names it": "True"}, seen
+
+
+def test_a_group_started_ahead_imports_shape_checks(box):
+    """A group started ahead imports them whatever its candidate will be (its start-up is hidden):
+    the second warm evaluation, which takes the group the first one started, sees them imported."""
+    from sandbox.evaluate import WarmEvaluator
+
+    with WarmEvaluator(box) as warm:
+        reports = [warm.evaluate(source("all_reduce_reports_shape_checks"), _config()) for _ in range(2)]
+    assert [r.status for r in reports] == ["correct"] * 2, [r.message for r in reports]
+    assert _printed(reports[1], "kloop-shape-checks") == "True"
 
 
 # ---------------------------------------------------------------------------- nothing kept between evaluations
