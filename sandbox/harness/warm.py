@@ -341,7 +341,10 @@ class WarmGroups:
                 return
             self._in_flight.add(entry)
         try:
-            group = start_candidate(world, device, allow_nccl, self._folder("candidate"), dtype, shape, import_shape_checks=True)
+            # whatever its candidate will be, on a GPU device (on the host CPU there is no symmetric memory, and the
+            # import, about 1 s there, would only keep the pool from being ready)
+            group = start_candidate(world, device, allow_nccl, self._folder("candidate"), dtype, shape,
+                                    import_shape_checks=device != "cpu")
         except Exception as error:  # noqa: BLE001 - the evaluation that takes it starts its own instead
             log.warning("could not start a candidate group ahead", error=f"{type(error).__name__}: {error}")
             self._started(entry)

@@ -4,7 +4,7 @@ import pytest
 
 from sandbox.evaluate import evaluate_in
 from sandbox.harness.config import HarnessConfig, StageTimeouts
-from tests.fixtures.candidates import source
+from tests.fixtures.candidates import printed, source
 
 pytestmark = pytest.mark.gpu
 
@@ -40,6 +40,22 @@ def test_cuda_mode_times_reference_and_candidate(local_sandbox):
     assert report.reference_timing.median_ms > 0 and report.candidate_timing.median_ms > 0
     assert report.speedup is not None and report.roofline is not None and 0 < report.roofline_fraction < 1.5
     assert report.profile is not None and any("one_shot_all_reduce" in k.name for k in report.profile.kernels)
+
+
+def test_a_group_started_ahead_imports_shape_checks(local_sandbox):
+    """On a GPU device a candidate group started ahead imports torch's shape checks before it is
+    ready, whatever its candidate (symmetric memory's first buffer needs them; 2-4 s on the H200):
+    the second warm evaluation, which takes the group the first one started, sees them imported."""
+    from sandbox.evaluate import WarmEvaluator
+
+    checks = source("all_reduce_reports_shape_checks")
+    with WarmEvaluator(local_sandbox) as warm:
+        reports = [warm.evaluate(checks, config(1, "cuda", allow_nccl=True, timed=False, profile=False)) for _ in range(2)]
+    seen = [printed(report, "kloop-shape-checks") for report in reports]
+    print(f"\nshape checks imported before the candidate, two warm evaluations: {seen} "
+          f"({[round(r.wall_s, 2) for r in reports]} s, {[r.status for r in reports]})")
+    assert [r.status for r in reports] == ["correct"] * 2, [r.message for r in reports]
+    assert seen[1] == "True", seen
 
 
 def test_cuda_source_with_its_own_module_builds_without_main_cpp(local_sandbox):
