@@ -55,6 +55,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), 'GPU(s)')"
 PYTEST="python3 -m pytest -m gpu -q -s -p no:cacheprovider"
 ORACLES="$PYTEST tests/problems/test_oracle_solutions_gpu.py"
+stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5"
 part() {
   local name=$1 limit=$2; shift 2
   local started=$SECONDS
@@ -120,7 +121,6 @@ for name in "$@"; do
       part warm_eval_new 200 python3 $warm --json "$OUT/warm_eval.json"
       grep -E "^(first|warm [0-9]+):|   where:" "$OUT/warm_eval_new.log" | head -14; sed -n '/^warm eval through/,$p' "$OUT/warm_eval_new.log" ;;
     stability|stability_baseline)
-      stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5"
       if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"
       else part "$name" 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
       grep -E "job|^timing|all_reduce \||clock:" "$OUT/$name.log" ;;
@@ -136,7 +136,6 @@ for name in "$@"; do
         > "$OUT/symm_profile.log" 2>&1; cut -c1-220 "$OUT/symm_profile.log"
       gzip -c /tmp/symm_pyspy.txt > "$OUT/symm_pyspy.txt.gz" ;;
     stability_ab)
-      stability="benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py --repeats 5"
       for run in 1_new 2_baseline 3_new 4_baseline; do
         if [ "${run#*_}" = new ]; then part "stability_$run" 110 python3 $stability
         else part "stability_$run" 110 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
