@@ -92,10 +92,11 @@ def test_the_marking_fixture_sees_a_reused_process(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- start-up hints
-def test_a_fresh_group_imports_shape_checks_for_a_source_that_names_symmetric_memory(box):
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_a_fresh_group_imports_shape_checks_for_a_source_that_names_symmetric_memory(box, world):
     """torch's first shape check imports sympy (2-4 s of a symmetric-memory candidate's first call
     on the H200): a fresh group whose candidate names symmetric memory imports it before its ranks
-    are ready, seen from inside the rank; one that does not name it (the control) does not."""
+    are ready, seen from inside every rank; one that does not name it (the control) does not."""
     from sandbox.evaluate import evaluate_in
     from sandbox.rank.zygote import SHAPE_CHECKS
 
@@ -103,9 +104,9 @@ def test_a_fresh_group_imports_shape_checks_for_a_source_that_names_symmetric_me
     plain = source("all_reduce_reports_shape_checks")
     seen = {}
     for name, text in (("plain", plain), ("names it", "# a SymmetricBuffer would do\n" + plain)):
-        report = evaluate_in(box, text, _config())
+        report = evaluate_in(box, text, _config(world=world))
         assert report.status == "correct", report.message
-        seen[name] = printed(report, "kloop-shape-checks")
+        seen[name] = printed(report, "kloop-shape-checks")  # whether every rank had them
     assert seen == {"plain": "False", "names it": "True"}, seen
 
 
