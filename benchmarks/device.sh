@@ -131,7 +131,7 @@ for name in "$@"; do
       python3 -m pip install -q --no-index --no-deps --target /tmp/tools .tools/py_spy*.whl || exit 1
       timeout 150 /tmp/tools/bin/py-spy record --subprocesses --native --format raw -r 100 -o /tmp/symm_pyspy.txt -- \
         python3 benchmarks/first_call.py --steps --repeats 1 --variants plain > "$OUT/symm_pyspy.log" 2>&1
-      echo "py-spy exit $?"; grep -E "^steps" "$OUT/symm_pyspy.log"
+      echo "py-spy exit $?"; grep -E "^plain [0-9]+:" "$OUT/symm_pyspy.log"
       (cd benchmarks && python3 stack_profile.py /tmp/symm_pyspy.txt --within 'empty \(torch/distributed' --top 40) \
         > "$OUT/symm_profile.log" 2>&1; cut -c1-220 "$OUT/symm_profile.log"
       gzip -c /tmp/symm_pyspy.txt > "$OUT/symm_pyspy.txt.gz" ;;

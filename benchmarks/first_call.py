@@ -26,7 +26,13 @@ from pathlib import Path
 from paths import ROOT
 from table import print_table
 
-CHILD = r"""
+IMPORT_SHAPE_CHECKS = r"""
+def import_shape_checks():  # what a candidate group's zygote imports ahead
+    import importlib
+    from sandbox.rank.zygote import SHAPE_CHECKS
+    importlib.import_module(SHAPE_CHECKS)
+"""
+CHILD = IMPORT_SHAPE_CHECKS + r"""
 import json, os, sys, time, runpy
 started = time.perf_counter()
 pieces = {}
@@ -43,9 +49,7 @@ t = took("rank device (cuda init, group, flushes, calibration)", t)
 pieces["after rank device"] = threads()
 import kloop_runtime, kloop_runtime.symmetric as symmetric
 if sys.argv[5] == "shape_checks":
-    import importlib
-    from sandbox.rank.zygote import SHAPE_CHECKS
-    importlib.import_module(SHAPE_CHECKS)
+    import_shape_checks()
     t = took("import shape checks", t)
 for owner, name in ((symmetric.SymmetricBuffer, "__init__"), (kloop_runtime, "load_kernel")):
     original = getattr(owner, name)
@@ -73,7 +77,7 @@ print("PIECES " + json.dumps(pieces))
 """
 
 
-STEPS = r"""
+STEPS = IMPORT_SHAPE_CHECKS + r"""
 import json, os, sys, time
 import torch, torch.distributed as dist
 pieces, t = {}, time.perf_counter()
@@ -84,9 +88,7 @@ torch.cuda.init(); torch.zeros(1, device="cuda"); took("cuda init")
 dist.init_process_group("gloo", store=dist.FileStore(sys.argv[1], 1), rank=0, world_size=1); took("group")
 import torch.distributed._symmetric_memory as symm_mem; took("import symm_mem")
 if sys.argv[2] == "shape_checks":
-    import importlib
-    from sandbox.rank.zygote import SHAPE_CHECKS
-    importlib.import_module(SHAPE_CHECKS); took("import shape checks")
+    import_shape_checks(); took("import shape checks")
 if hasattr(symm_mem, "get_backend"):
     pieces["backend"] = str(symm_mem.get_backend("cuda")); took("get_backend")
 if hasattr(symm_mem, "is_nvshmem_available"):
@@ -102,13 +104,26 @@ print("PIECES " + json.dumps(pieces))
 VARIANTS = ("plain", "shape_checks")
 
 
-def run_child(code: str, args: list[str]) -> tuple[dict | None, float, str]:
-    """One fresh process; its PIECES line, its wall time in ms, and its stderr's end."""
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    wall = (time.perf_counter() - started) * 1000
-    line = next((x for x in done.stdout.splitlines() if x.startswith("PIECES ")), None)
-    return (json.loads(line[len("PIECES "):]) if line else None), wall, done.stderr[-3000:]
+def measure(cases: list[tuple[tuple, str, list[str]]]) -> tuple[list[list], list[str]]:
+    """Each case (its label, a child's code, its arguments after the store path) in a fresh process:
+    the table's rows (label, the process's wall ms, each piece) and the pieces' names."""
+    measured, names = [], []
+    for label, code, args in cases:
+        with tempfile.TemporaryDirectory() as folder:
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", code, str(Path(folder) / "store"), *args], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=300)
+            wall = (time.perf_counter() - started) * 1000
+        line = next((x for x in done.stdout.splitlines() if x.startswith("PIECES ")), None)
+        name = " ".join(map(str, label))
+        if line is None:
+            print(f"{name}: failed\n{done.stderr[-3000:]}", flush=True)
+            continue
+        pieces = json.loads(line[len("PIECES "):])
+        print(f"{name}: {pieces}", flush=True)
+        names += [piece for piece in pieces if piece not in names]
+        measured.append((label, round(wall), pieces))
+    return [[*label, wall, *[pieces.get(n) for n in names]] for label, wall, pieces in measured], names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,31 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidate", type=Path, default=ROOT / "tests/fixtures/candidates/all_reduce_symm.py")
     args = parser.parse_args(argv)
     if args.steps:
-        rows, names = [], []
-        for variant in args.variants:
-            for repeat in range(args.repeats):
-                with tempfile.TemporaryDirectory() as folder:
-                    pieces, wall, err = run_child(STEPS, [str(Path(folder) / "store"), variant])
-                print(f"steps {variant} #{repeat}: {pieces or 'failed'}" + ("" if pieces else "\n" + err), flush=True)
-                if pieces:
-                    names += [name for name in pieces if name not in names]
-                    rows.append((variant, repeat, round(wall), pieces))
-        print_table("a process's first symmetric buffer, torch call by torch call (ms)",
-                    ["variant", "#", "process_ms", *names], [[*row[:3], *[row[3].get(name) for name in names]] for row in rows])
-        return 0
-    rows, names = [], []
-    for size, variant in [(size, variant) for size in args.sizes for variant in args.variants]:
-        for repeat in range(args.repeats):
-            with tempfile.TemporaryDirectory() as folder:
-                pieces, wall, err = run_child(CHILD, [str(Path(folder) / "store"), size, str(args.candidate), args.device, variant])
-            if pieces is None:
-                print(f"{size} {variant} #{repeat}: failed\n{err}", flush=True)
-                continue
-            print(f"{size} {variant} #{repeat}: {pieces}", flush=True)
-            names += [name for name in pieces if name not in names]
-            rows.append((size, variant, repeat, round(wall), pieces))
-    print_table("a candidate's first calls on a fresh rank (ms; shape_checks: imported first, as a zygote does)",
-                ["size", "variant", "#", "process_ms", *names], [[*row[:4], *[row[4].get(name) for name in names]] for row in rows])
+        cases = [((variant, repeat), STEPS, [variant]) for variant in args.variants for repeat in range(args.repeats)]
+        rows, names = measure(cases)
+        print_table("a process's first symmetric buffer, torch call by torch call (ms)", ["variant", "#", "process_ms", *names], rows)
+    else:
+        cases = [((size, variant, repeat), CHILD, [size, str(args.candidate), args.device, variant])
+                 for size in args.sizes for variant in args.variants for repeat in range(args.repeats)]
+        rows, names = measure(cases)
+        print_table("a candidate's first calls on a fresh rank (ms; shape_checks: imported first, as a zygote does)",
+                    ["size", "variant", "#", "process_ms", *names], rows)
     return 0
 
 

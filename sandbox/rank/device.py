@@ -167,15 +167,6 @@ class RankDevice:
     def _device_barrier(self):
         """A barrier kernel among the ranks on the current stream (torch symmetric memory's own),
         so every rank's timed interval starts together; None where symmetric memory is missing."""
-        handle = self._symmetric_handle(16)
-        if handle is None:
-            return None  # alignment by the parent's go message alone
-        channel = 31  # the last channel: candidates' SymmetricBuffer barriers use the low ones of their own buffers
-        return lambda: handle.barrier(channel=channel)
-
-    def _symmetric_handle(self, numel: int):
-        """A rendezvoused symmetric buffer of ``numel`` uint32 among the group's ranks; None where
-        symmetric memory is missing."""
         try:
             import torch.distributed._symmetric_memory as symm_mem
 
@@ -186,7 +177,9 @@ class RankDevice:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     symm_mem.enable_symm_mem_for_group(group.group_name)
-            buffer = symm_mem.empty(numel, dtype=self.torch.uint32, device=self.device)
-            return symm_mem.rendezvous(buffer, group)
-        except Exception:  # noqa: BLE001 - no symmetric memory here
+            buffer = symm_mem.empty(16, dtype=self.torch.uint32, device=self.device)
+            handle = symm_mem.rendezvous(buffer, group)
+            channel = 31  # the last channel: candidates' SymmetricBuffer barriers use the low ones of their own buffers
+            return lambda: handle.barrier(channel=channel)
+        except Exception:  # noqa: BLE001 - alignment by the parent's go message alone
             return None
