@@ -19,7 +19,8 @@ import httpx
 from agent.errors import UserError
 
 TOKEN_ENV = "KLOOP_TOKEN"
-RECONNECT_S = 1.0
+RECONNECT_S = 1.0  # the wait after a failed connection, times the failures in a row
+RECONNECT_MAX_S = 2.0
 MAX_RECONNECTS = 30
 
 
@@ -103,8 +104,10 @@ class ServiceClient:
         return None if response is None else response.text
 
     def events(self, job_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        """(type, data) of each event of the job, from its first, until ``end``; reconnects
-        (with Last-Event-ID) when the connection drops."""
+        """(type, data) of each event of the job, from its first, until ``end``. A connection that ends
+        after delivering events is resumed at once with Last-Event-ID (a proxy may cut a long job's
+        stream); one that drops, or ends having delivered none, is a failure: the client waits longer
+        after each (up to RECONNECT_MAX_S) and gives up after MAX_RECONNECTS in a row."""
         last, failures = None, 0
         while True:
             headers = {"Last-Event-ID": str(last)} if last is not None else {}
@@ -113,18 +116,23 @@ class ServiceClient:
                     if stream.status_code >= 400:
                         stream.read()
                         raise UserError(f"the server answered {stream.status_code}: {stream.text[:300]}")
+                    delivered = False
                     for event_id, type_, data in parse_sse(stream.iter_lines()):
-                        failures = 0
+                        failures, delivered = 0, True
                         if event_id is not None:
                             last = event_id
                         yield type_, data
                         if type_ == "end":
                             return
+                if delivered:
+                    continue
+                problem = f"the server at {self.url} kept ending the event stream of job {job_id} without finishing the job"
             except httpx.HTTPError as error:
-                failures += 1
-                if failures > MAX_RECONNECTS:
-                    raise UserError(f"lost the server at {self.url}: {error}") from None
-                time.sleep(RECONNECT_S)
+                problem = f"lost the server at {self.url}: {error}"
+            failures += 1
+            if failures > MAX_RECONNECTS:
+                raise UserError(problem) from None
+            time.sleep(min(RECONNECT_S * failures, RECONNECT_MAX_S))
 
     def follow(self, job_id: str, on_event: Callable[[str, dict[str, Any]], None] = lambda t, d: None) -> dict[str, Any]:
         """Follow the job to its end; the job (status and result) as it ended."""
