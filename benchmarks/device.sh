@@ -34,6 +34,7 @@
 #   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1 (throughput_short: 16)
+#   throughput_ab             throughput_short in .baseline (an older tree, carried), then in this tree
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
@@ -41,6 +42,7 @@
 #   symm_steps                first_call.py --steps: a first symmetric buffer, torch call by torch call
 #   symm_profile              a py-spy profile of that (carry .tools: py-spy's wheel), summed by benchmarks/stack_profile.py
 #   stability_ab              stability in this tree, in .baseline (an older tree, carried), in this tree, in .baseline
+#                             (STABILITY_RUNS="1_new 2_baseline" for one of each)
 #   stability_baseline        the same in .baseline (an older tree, carried)
 set -uo pipefail
 OUT=${OUT:-/tmp/kloop-out}
@@ -112,6 +114,12 @@ for name in "$@"; do
     throughput|throughput_short) part "$name" 480 python3 benchmarks/throughput.py --device cuda --world 1 \
       --count $([ "$name" = throughput ] && echo 40 || echo 16) --out "$OUT/throughput"
       sed -n '/^throughput:/,$p' "$OUT/$name.log" ;;
+    throughput_ab)
+      short="benchmarks/throughput.py --device cuda --world 1 --count 16"
+      part throughput_baseline 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $short --out $OUT/throughput_baseline"
+      sed -n '/^throughput:/,$p' "$OUT/throughput_baseline.log"
+      part throughput_new 240 python3 $short --out "$OUT/throughput_new"
+      sed -n '/^throughput:/,$p' "$OUT/throughput_new.log" ;;
     warm_eval) part "$name" 300 python3 benchmarks/warm_eval.py --device cuda --world 1 --runs 8 --json "$OUT/warm_eval.json"
       grep -E "^(first|warm [0-9]+):|   where:" "$OUT/$name.log" | head -18; sed -n '/^warm eval through/,$p' "$OUT/$name.log" ;;
     warm_eval_ab)
@@ -136,7 +144,7 @@ for name in "$@"; do
         > "$OUT/symm_profile.log" 2>&1; cut -c1-220 "$OUT/symm_profile.log"
       gzip -c /tmp/symm_pyspy.txt > "$OUT/symm_pyspy.txt.gz" ;;
     stability_ab)
-      for run in 1_new 2_baseline 3_new 4_baseline; do
+      for run in ${STABILITY_RUNS:-1_new 2_baseline 3_new 4_baseline}; do
         if [ "${run#*_}" = new ]; then part "stability_$run" 110 python3 $stability
         else part "stability_$run" 110 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
         grep -E "^all_reduce \||job [0-9]" "$OUT/stability_$run.log" | cut -c1-150

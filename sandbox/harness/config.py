@@ -18,8 +18,9 @@ DEVICE_MODE_HELP = {
 
 
 TIMING_PRECISION_HELP = ("time more calls (up to 4x the planned ones, within the timing budget) until the speedup's 95% interval "
-                         "is within this share of it either way; 0: only the planned calls, the fastest (an RL loop's choice); "
-                         "default: 0.03 in cuda mode, else 0 (a shared host CPU is rarely that steady)")
+                         "is within this share of it either way, while more calls may get it there (at the spread seen, 4x "
+                         "the calls would leave it at most 1.5x wider than asked); 0: only the planned calls, the fastest (an "
+                         "RL loop's choice); default: 0.03 in cuda mode, else 0 (a shared host CPU is rarely that steady)")
 
 DEFAULT_RANK_MEMORY_GIB = 32.0
 MIN_RANK_MEMORY_GIB = 4.0  # a CUDA rank holds 2-3 GiB of host memory on its own; GPU hosts may show little MemTotal at first

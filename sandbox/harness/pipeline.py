@@ -61,7 +61,7 @@ CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candi
 # alone: on a GPU, the job's own, an honest reference keeps its speed; on the host CPU a busy machine moves it more
 SLOWED_REFERENCE = {"cuda": 1.25, "cpu": 2.0}
 CALIBRATION_CALLS = 12  # harness-only calls timed in each group before candidate code runs (on a GPU)
-MAX_TIMED_FACTOR = 4  # timing goes on past the planned calls until the speedup is as precise as asked, to this many times them
+MAX_TIMED_FACTOR = 4  # timing goes on past the planned calls, while the speedup is less precise than asked, to this many times them
 PAUSE_FAILED = "the candidate's processes could not be stopped"
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
@@ -89,6 +89,7 @@ class Evaluation:
         self.reference_calibration = timing.Series([])  # the harness's own per-call cost in each group (see _calibrate)
         self.candidate_calibration = timing.Series([])
         self.reference_alone: timing.Series | None = None  # the reference timed before candidate code existed
+        self.timing_stop: str | None = None  # why the last timing stopped (set by _timed_series)
         self.staged: dict[int, staged_inputs.StagedRound] = {}  # round -> inputs shared with the ranks (cpu)
         self.report = EvalReport(
             status="crashed", message="", problem=self.problem.name, world=config.world, device=config.device,
@@ -579,8 +580,8 @@ class Evaluation:
                 if precision and (high - low) / 2 > precision * self.report.speedup:
                     self.report.notes.append(
                         f"the speedup's 95% interval ({low:.3f}-{high:.3f}) is wider than the precision asked (+-{precision:.0%}) "
-                        f"after {cand.iterations} timed calls: the timing budget or the call limit ran out; compare it with "
-                        "others by its interval, not its point")
+                        f"after {cand.iterations} timed calls: {self.timing_stop}; compare it with others by its interval, "
+                        "not its point")
         self._roofline(cand)
 
     def _reference_ms(self, beside_series: timing.Series) -> float:
@@ -601,22 +602,20 @@ class Evaluation:
             beside.steps(), self.reference_alone.steps(), SLOWED_REFERENCE.get(self.config.device, 2.0))
 
     def _timed_series(self, size: int, target: int) -> tuple[timing.Series, timing.Series]:
+        """Interleaved round pairs until ``timing.stop_reason`` gives one (kept in ``timing_stop``):
+        the planned ``target`` calls, then more, up to MAX_TIMED_FACTOR times them."""
         reference = timing.Series(self._empty_interval_ms)
         candidate = timing.Series(self._empty_interval_ms)
         deadline = time.monotonic() + self.config.timing_budget_s
+        precision, most = self.config.resolved_timing_precision(), MAX_TIMED_FACTOR * target
         pair = 0
         while True:
             pair += 1
             self._timed_round_pair(size, reference, candidate, pair)
-            calls_done = sum(len(r.wall_ms) for r in candidate.rounds)
-            if pair < MIN_ROUNDS:
-                continue
-            late = time.monotonic() > deadline
-            if calls_done >= target and (late or calls_done >= MAX_TIMED_FACTOR * target
-                                         or timing.precise(reference, candidate, self.config.resolved_timing_precision())):
-                return reference, candidate
-            if late and calls_done >= 10:
-                return reference, candidate
+            if pair >= MIN_ROUNDS:
+                self.timing_stop = timing.stop_reason(reference, candidate, precision, target, most, time.monotonic() > deadline)
+                if self.timing_stop is not None:
+                    return reference, candidate
 
     @functools.cached_property
     def _scheme(self) -> str:
@@ -678,7 +677,9 @@ class Evaluation:
         the kernel, a tree that keeps forking), and with only a note the reference was timed beside
         whatever it left running (tests/fixtures/hostile/pause_dodged_by_zombie_leader.py: 1.75x on
         the reference's own work)."""
-        with self.candidate.paused() as failed:
+        with contextlib.ExitStack() as stack:
+            with self._parent_work("stopping the candidate"):
+                failed = stack.enter_context(self.candidate.paused())
             if failed:
                 raise Verdict("rejected", f"{PAUSE_FAILED} ({failed}) {consequence}: a solution must leave no process "
                               "the judge cannot stop")

@@ -166,24 +166,42 @@ def test_a_reference_slowed_beside_the_candidate_is_told_from_noise():
     assert not timing.slowed([], [0.3], 1.25)
 
 
-def test_timing_goes_on_until_the_speedup_is_precise():
-    """A steady pair of series is precise enough at once; a noisy one is not, and more calls of it
-    make it so; no precision asked is always enough."""
-    def series(noise, n, seed):
-        rng = random.Random(seed)
-        claims = [1.0 + rng.uniform(-noise, noise) for _ in range(n)]
-        return _series(claims, [c + 2.0 for c in claims], rounds=n // 4)  # the pipeline adds rounds of 4 calls
+def _noisy(noise, n, seed):
+    rng = random.Random(seed)
+    claims = [1.0 + rng.uniform(-noise, noise) for _ in range(n)]
+    return _series(claims, [c + 2.0 for c in claims], rounds=n // 4)  # the pipeline adds rounds of 4 calls
 
-    assert timing.precise(series(0.01, 16, 1), series(0.01, 16, 2), 0.03)
-    assert not timing.precise(series(0.6, 16, 1), series(0.6, 16, 2), 0.03)
-    assert timing.precise(series(0.6, 16, 1), series(0.6, 16, 2), 0.0)
-    low, high = timing.speedup_interval(series(0.6, 16, 1), series(0.6, 16, 2))
+
+def test_the_interval_narrows_with_the_calls():
+    """Claims uniform in 0.4-1.6 ms: each median of 16 has a standard error near 0.15 ms, so the
+    ratio's 95% half-width is near 0.4 (4 rounds resampled whole read 0.14); 25x the calls give
+    about a fifth of it, the square-root law the stop rule projects with."""
+    low, high = timing.speedup_interval(_noisy(0.6, 16, 1), _noisy(0.6, 16, 2))
     wide = (high - low) / 2
-    # claims uniform in 0.4-1.6 ms: each median of 16 has a standard error near 0.15 ms, so the ratio's
-    # 95% half-width is near 0.4 (4 rounds resampled whole read 0.14)
     assert wide > 0.25, wide
-    low, high = timing.speedup_interval(series(0.6, 400, 1), series(0.6, 400, 2))
-    assert 0.04 < (high - low) / 2 < wide / 3  # 25x the calls: about a fifth of it
+    low, high = timing.speedup_interval(_noisy(0.6, 400, 1), _noisy(0.6, 400, 2))
+    assert 0.04 < (high - low) / 2 < wide / 3
+    assert timing.relative_half_width(_noisy(0.6, 16, 1), _noisy(0.6, 16, 2)) > 0.25
+    assert timing.relative_half_width(_noisy(0.01, 16, 1), _noisy(0.01, 16, 2)) < 0.03
+
+
+@pytest.mark.parametrize("noise, calls, precision, stop", [
+    (0.01, 16, 0.03, "precise enough"),  # steady: precise at the planned calls
+    (0.6, 16, 0.0, "precise enough"),  # no precision asked: the planned calls
+    (0.6, 8, 0.0, None),  # ...but never fewer
+    (0.6, 16, 0.03, "so timing stopped there"),  # +-40% at 16 calls: +-20% at 64, out of reach of 3%
+    (0.6, 16, 0.2, None),  # +-40% at 16: about +-20% at 64, within reach of 20%: time on
+    (0.6, 64, 0.2, "the call limit was reached"),
+])
+def test_timing_goes_on_only_while_more_calls_may_make_the_speedup_precise(noise, calls, precision, stop):
+    reason = timing.stop_reason(_noisy(noise, calls, 1), _noisy(noise, calls, 2), precision, target=16, most=64, late=False)
+    assert (reason is None) if stop is None else (stop in reason), reason
+
+
+def test_the_timing_budget_ends_timing_past_ten_calls():
+    noisy = _noisy(0.6, 12, 1), _noisy(0.6, 12, 2)
+    assert "budget ran out" in timing.stop_reason(*noisy, 0.03, target=16, most=64, late=True)
+    assert timing.stop_reason(_noisy(0.6, 4, 1), _noisy(0.6, 4, 2), 0.03, target=16, most=64, late=True) is None
 
 
 def test_many_calls_do_not_turn_a_process_difference_into_hidden_work():
@@ -294,7 +312,7 @@ def test_claims_of_zero_give_no_interval_rather_than_nan():
     reference = _series([0.5] * 16, [2.5] * 16)
     candidate = _series([0.0] * 16, [2.4] * 16)
     assert timing.speedup_interval(reference, candidate) is None
-    assert timing.precise(reference, candidate, 0.03)
+    assert "precise enough" in timing.stop_reason(reference, candidate, 0.03, target=16, most=64, late=False)
 
 
 def test_an_inflated_start_up_interval_takes_nothing_from_the_calls():
