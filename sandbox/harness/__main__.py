@@ -32,27 +32,13 @@ def _redirect_output(log_path: Path) -> int:
     return report_fd
 
 
-def _children() -> list[int]:
-    me = str(os.getpid())
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me:
-            found.append(int(entry))
-    return found
-
-
 def reap_descendants() -> int:
     """Kill everything below this process (orphans are re-parented here); returns how many."""
+    from sandbox.jail import tree
+
     killed = 0
     for _ in range(100):
-        children = _children()
+        children = tree.child_pids(os.getpid())
         if not children:
             break
         for pid in children:

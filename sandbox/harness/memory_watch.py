@@ -38,6 +38,8 @@ from typing import Callable
 import psutil
 import structlog
 
+from sandbox.jail.tree import children, descendants
+
 log = structlog.get_logger(__name__)
 
 POLL_S = 0.1
@@ -103,7 +105,7 @@ class MemoryWatch:
             if zygote is None:
                 return
             try:
-                ranks = sorted(_children(zygote), key=lambda p: (p.create_time(), p.pid))
+                ranks = sorted(children(zygote.pid), key=lambda p: (p.create_time(), p.pid))
             except psutil.Error:
                 return
             if len(ranks) < self.world:
@@ -178,45 +180,6 @@ def _resident(processes: list[psutil.Process]) -> int:
         except psutil.Error:
             continue
     return total
-
-
-def _children(process: psutil.Process) -> list[psutil.Process]:
-    """A process's children from the kernel's own list of them (no scan of every process on the
-    host, which psutil would make); psutil's scan where the kernel keeps no such list."""
-    found: list[psutil.Process] = []
-    try:
-        tasks = os.listdir(f"/proc/{process.pid}/task")
-        pids = {int(pid) for task in tasks for pid in _read(f"/proc/{process.pid}/task/{task}/children").split()}
-    except (OSError, ValueError):
-        return process.children()
-    for pid in sorted(pids):
-        try:
-            found.append(psutil.Process(pid))
-        except psutil.Error:
-            continue
-    return found
-
-
-def descendants(pid: int) -> list[psutil.Process]:
-    found: list[psutil.Process] = []
-    try:
-        pending = [psutil.Process(pid)]
-    except psutil.Error:
-        return found
-    while pending:
-        process = pending.pop()
-        try:
-            children = _children(process)
-        except psutil.Error:
-            continue
-        found += children
-        pending += children
-    return found
-
-
-def _read(path: str) -> str:
-    with open(path) as handle:
-        return handle.read()
 
 
 def _held_files(processes: list[psutil.Process]) -> int:

@@ -47,8 +47,8 @@ import psutil
 import structlog
 
 from sandbox.harness.calls import MAX_EXPECTED_BYTES, Call
-from sandbox.harness.memory_watch import descendants
 from sandbox.harness.verdict import Verdict
+from sandbox.jail.tree import descendants
 from sandbox.rank import wire
 from sandbox.report import Mismatch, RankVerdict
 

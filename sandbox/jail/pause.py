@@ -19,6 +19,8 @@ from collections.abc import Iterator
 import psutil
 import structlog
 
+from sandbox.jail import tree
+
 log = structlog.get_logger(__name__)
 
 _STOPPED_STATES = ("T", "t", "Z", "X")  # stopped, traced-stopped, zombie, dead (proc(5): stat's state)
@@ -30,35 +32,35 @@ class PauseFailed(Exception):
     """The tree could not be stopped whole (no permission, or it kept growing)."""
 
 
-def _below(root: psutil.Process, spared: set[int]) -> list[psutil.Process]:
-    try:
-        return [p for p in root.children(recursive=True) if p.pid not in spared]
-    except psutil.NoSuchProcess:
-        return []
+def _below(root_pid: int, spared: set[int]) -> list[psutil.Process]:
+    return [p for p in tree.descendants(root_pid) if p.pid not in spared]
 
 
 def stop_tree(root_pid: int) -> list[psutil.Process]:
     """SIGSTOP to every process below ``root_pid`` and its direct children (the jail's keeper
     and supervisor, which stay up to end the tree); returns them, all stopped. Raises
-    PauseFailed, after resuming what it stopped, when that cannot be done."""
-    try:
-        root = psutil.Process(root_pid)
-        spared = {root_pid, *(p.pid for p in root.children())}
-    except psutil.NoSuchProcess:
-        return []
+    PauseFailed, after resuming what it stopped, when that cannot be done. Sweeps until one finds
+    nothing new once everything found has stopped: a process signalled may fork before the stop
+    takes it (the later on a busy host), and a tree read while it runs may miss a process."""
+    spared = {root_pid, *tree.child_pids(root_pid)}
     stopped: dict[int, psutil.Process] = {}
     try:
+        settled = False
         for _ in range(MAX_SWEEPS):
-            fresh = [p for p in _below(root, spared) if p.pid not in stopped]
-            if not fresh:
+            fresh = [p for p in _below(root_pid, spared) if p.pid not in stopped]
+            if fresh:
+                settled = False
+                for process in fresh:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.suspend()
+                        stopped[process.pid] = process
+            elif settled:
                 break
-            for process in fresh:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.suspend()
-                    stopped[process.pid] = process
+            else:
+                _wait_stopped(list(stopped.values()))
+                settled = True
         else:
             raise PauseFailed(f"the tree was still growing after {MAX_SWEEPS} sweeps")
-        _wait_stopped(list(stopped.values()))
     except psutil.AccessDenied as error:
         resume(list(stopped.values()))
         raise PauseFailed(f"no permission to stop pid {error.pid}") from None

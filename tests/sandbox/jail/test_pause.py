@@ -167,3 +167,52 @@ def test_a_process_asleep_in_uninterruptible_sleep_does_not_fail_the_pause(tmp_p
             assert sum(s == psutil.STATUS_STOPPED for s in held.values()) >= 2, held  # the script and the vfork child
     finally:
         jail.kill()
+
+
+FORK_RACER = r"""
+import mmap, os, struct, sys, time
+with open("counter", "w+b") as file:  # in the work folder, shared with every child forked below and read by the test
+    file.write(bytes(8))
+    file.flush()
+    counter = mmap.mmap(file.fileno(), 8)
+ballast = bytearray(768 << 20)  # page tables to copy: each fork takes a while in the kernel
+for offset in range(0, len(ballast), 4096):
+    ballast[offset] = 1
+print("ready", flush=True)
+while True:
+    if os.fork() == 0:  # each child counts for 30 ms; a stop sent while its parent is in fork() does not stop it
+        end = time.monotonic() + 0.03
+        while time.monotonic() < end:
+            counter[:8] = struct.pack("q", struct.unpack("q", counter[:8])[0] + 1)
+        os._exit(0)
+    while os.waitpid(-1, os.WNOHANG)[0]:
+        pass
+"""
+
+
+def test_a_child_forked_while_its_parent_is_being_stopped_is_stopped_too(tmp_path):
+    """SIGSTOP takes a process when it next returns to user space: one inside fork() (long with
+    large page tables) makes a child after the sweep that found it, and that child ran on through
+    the pause: 40 of 40 pauses before the pause swept once more after everything it found had
+    stopped. The children count in a shared file; a paused tree counts nothing."""
+    read, write = os.pipe()
+    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", FORK_RACER], stdout=write)
+    os.close(write)
+    try:
+        with os.fdopen(read) as out:
+            assert out.readline().strip() == "ready"
+        time.sleep(0.3)
+        running = (tmp_path / "counter").read_bytes()
+        time.sleep(0.05)
+        assert (tmp_path / "counter").read_bytes() != running  # the control: the tree counts when it is not paused
+        escaped = 0
+        for _ in range(40):
+            with pause.paused(jail.process.pid) as failed:
+                assert failed is None
+                before = (tmp_path / "counter").read_bytes()
+                time.sleep(0.01)
+                escaped += (tmp_path / "counter").read_bytes() != before
+            time.sleep(0.02)
+        assert escaped == 0, f"{escaped} of 40 pauses left a process running"
+    finally:
+        jail.kill()
