@@ -41,6 +41,8 @@
 #   first_call                benchmarks/first_call.py: a symm candidate's first calls on a fresh rank, with and without torch's shape checks imported before
 #   symm_steps                first_call.py --steps: a first symmetric buffer, torch call by torch call
 #   symm_profile              a py-spy profile of that (carry .tools: py-spy's wheel), summed by benchmarks/stack_profile.py
+#   call_profile              a py-spy profile of throughput.py (8 evaluations): where a timed call's time goes, in the rank's
+#                             `call` and in the parent's timed rounds (carry .tools: py-spy's wheel)
 #   stability_ab              stability in this tree, in .baseline (an older tree, carried), in this tree, in .baseline
 #                             (STABILITY_RUNS="1_new 2_baseline" for one of each)
 #   stability_baseline        the same in .baseline (an older tree, carried)
@@ -143,6 +145,14 @@ for name in "$@"; do
       (cd benchmarks && python3 stack_profile.py /tmp/symm_pyspy.txt --within 'empty \(torch/distributed' --top 40) \
         > "$OUT/symm_profile.log" 2>&1; cut -c1-220 "$OUT/symm_profile.log"
       gzip -c /tmp/symm_pyspy.txt > "$OUT/symm_pyspy.txt.gz" ;;
+    call_profile)
+      python3 -m pip install -q --no-index --no-deps --target /tmp/tools .tools/py_spy*.whl || exit 1
+      timeout 240 /tmp/tools/bin/py-spy record --subprocesses --native --format raw -r 200 -o /tmp/call_pyspy.txt -- \
+        python3 benchmarks/throughput.py --device cuda --world 1 --count 8 --out "$OUT/throughput_profiled" > "$OUT/call_pyspy.log" 2>&1
+      echo "py-spy exit $?"; sed -n '/^throughput:/,$p' "$OUT/call_pyspy.log"
+      (cd benchmarks && python3 stack_profile.py /tmp/call_pyspy.txt --within 'call \(.*sandbox/rank/server.py' --top 40
+       python3 stack_profile.py /tmp/call_pyspy.txt --within '_timed_round_of' --top 40) > "$OUT/call_profile.log" 2>&1
+      cut -c1-220 "$OUT/call_profile.log"; gzip -c /tmp/call_pyspy.txt > "$OUT/call_pyspy.txt.gz" ;;
     stability_ab)
       for run in ${STABILITY_RUNS:-1_new 2_baseline 3_new 4_baseline}; do
         if [ "${run#*_}" = new ]; then part "stability_$run" 110 python3 $stability
