@@ -6,7 +6,8 @@ spinner that a candidate leaves burning the host's cores between its own rounds 
 reference's calls and inflate its harness cost, which the parent's clock takes out of the
 candidate's (tests/fixtures/hostile/inflate_reference_overhead.py). A stopped process cannot
 fork, so sweeping the tree until a sweep made once everything found has stopped finds nothing
-new leaves no process of it running. Work already queued on a GPU is not stopped (the reference timed alone covers it).
+new leaves no process of it running. Work already queued on a GPU is not stopped (the reference
+timed alone covers it).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def stop_tree(root_pid: int) -> list[psutil.Process]:
 
 
 ASLEEP_WINDOW_S = 0.1  # a thread still in uninterruptible sleep after the wait must use no CPU time over this long
-ASLEEP_AFTER_S = 0.02  # a process whose threads not stopped are all in uninterruptible sleep is tried for that this soon
+ASLEEP_AFTER_S = 0.02  # how soon a process whose running threads are all in uninterruptible sleep is tested for being asleep
 
 
 def _wait_stopped(processes: list[psutil.Process]) -> None:
@@ -82,10 +83,9 @@ def _wait_stopped(processes: list[psutil.Process]) -> None:
     tree, its spinners too, ran on while the reference was timed; a thread that runs in the
     kernel instead (pause_dodged_by_zombie_leader.py) is not asleep, and one still running after
     STOP_WAIT_S fails the pause. A process all of whose threads still running are in that sleep is
-    tried for it after ASLEEP_AFTER_S, not after STOP_WAIT_S: the test is the same, and a pause of
+    tested for it after ASLEEP_AFTER_S, not after STOP_WAIT_S: the test is the same, and a pause of
     a tree holding a vfork parent took 1.10 s instead of 0.12 s, at every pause (a CPU evaluation
-    pauses before each of its input checks: the fixture's evaluation took 267 s on a loaded
-    two-core host)."""
+    pauses before each of its input checks)."""
     started = time.monotonic()
     for process in processes:
         while running := _running_threads(process.pid):
