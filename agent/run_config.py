@@ -2,7 +2,7 @@
 
 ``harness_config(problem, ...)`` is the harness's orders for a loaded problem: a world size or a
 size name the problem does not define is a UserError. ``SandboxSettings`` says where candidates
-run and how many GPUs that takes (``sandbox.gpu_pool.gpus_needed``, the one place GPUs are
+run and how many GPUs that takes (``sandbox.harness.config.gpus_needed``, the one place GPUs are
 counted). ``RunConfig`` is what an agent run records in its ``config.json``.
 """
 
@@ -16,8 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from agent.bash.config import BashSettings
 from agent.budget import Budget
 from agent.errors import UserError
-from sandbox.gpu_pool import gpus_needed
-from sandbox.harness.config import HarnessConfig
+from sandbox.harness.config import HarnessConfig, gpus_needed
 
 if TYPE_CHECKING:
     from problems.contract import Problem

@@ -35,12 +35,6 @@ def parse_gpu_ids(spec: str | Iterable[int | str] | None) -> tuple[str, ...]:
     return ids
 
 
-def gpus_needed(device: str, world: int) -> int:
-    """How many GPUs an evaluation of ``world`` ranks takes in a device mode: one per rank in
-    ``cuda`` mode, the one they share in ``emulate`` mode, none on ``cpu``."""
-    return {"cuda": world, "emulate": 1}.get(device, 0)
-
-
 def device_request(device_ids: Sequence[str]):
     """The Docker device request that passes exactly ``device_ids`` into a container (what
     ``docker run --gpus '"device=0,1"'`` sends; no driver named, so the engine picks the one

@@ -31,7 +31,7 @@ from agent.batch.episodes import Episode, EpisodeResult, enumerate_episodes
 from agent.batch.executor_local import LocalExecutor
 from agent.batch.progress import BatchProgress
 from agent.errors import UserError
-from sandbox.gpu_pool import gpus_needed
+from sandbox.harness.config import gpus_needed
 from service.control import JobControl, JobFailed
 from service.evaluations import Evaluations
 from service.jobs import ModelCallGate, RequestRejected, load_problem

@@ -20,8 +20,8 @@ import structlog
 from agent.run_config import SandboxSettings
 from sandbox.backends import LocalSandbox
 from sandbox.evaluate import WarmEvaluator
-from sandbox.gpu_pool import GpuPool, GpuPoolError, gpus_needed
-from sandbox.harness.config import HarnessConfig
+from sandbox.gpu_pool import GpuPool, GpuPoolError
+from sandbox.harness.config import HarnessConfig, gpus_needed
 from sandbox.report import EvalReport
 from service.control import JobControl, JobFailed
 

@@ -21,8 +21,7 @@ from problems.contract import Problem
 from prompts import render
 from sandbox.backends import Sandbox
 from sandbox.evaluate import evaluate_in
-from sandbox.gpu_pool import gpus_needed
-from sandbox.harness.config import HarnessConfig
+from sandbox.harness.config import HarnessConfig, gpus_needed
 
 log = structlog.get_logger(__name__)
 

@@ -11,7 +11,8 @@ from agent.batch.config import BatchConfig
 from agent.batch.episode import EpisodeContext, ProviderGates, run_episode
 from agent.batch.episodes import EpisodeResult
 from agent.errors import UserError
-from sandbox.gpu_pool import GpuPool, GpuPoolError, gpus_needed, parse_gpu_ids
+from sandbox.gpu_pool import GpuPool, GpuPoolError, parse_gpu_ids
+from sandbox.harness.config import gpus_needed
 
 
 def batch_gpus(config: BatchConfig) -> tuple[str, ...]:

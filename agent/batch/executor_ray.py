@@ -18,7 +18,7 @@ from agent.batch.config import BatchConfig
 from agent.batch.episode import EpisodeContext, run_episode
 from agent.batch.episodes import EpisodeResult
 from agent.errors import UserError
-from sandbox.gpu_pool import gpus_needed
+from sandbox.harness.config import gpus_needed
 
 log = structlog.get_logger(__name__)
 

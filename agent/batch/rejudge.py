@@ -105,7 +105,8 @@ def rejudge_episode(folder: Path, out: Path, result: EpisodeResult, best_only: b
 
 def rejudge(folder: Path, workers: int = 1, best_only: bool = False, on_episode=None) -> RejudgeOutcome:
     from agent.batch.executor_local import batch_gpus
-    from sandbox.gpu_pool import GpuPool, gpus_needed
+    from sandbox.gpu_pool import GpuPool
+    from sandbox.harness.config import gpus_needed
 
     folder = Path(folder)
     config_path = folder / "config.yaml"

@@ -17,6 +17,12 @@ DEVICE_MODE_HELP = {
 }
 
 
+def gpus_needed(device: str, world: int) -> int:
+    """How many GPUs an evaluation of ``world`` ranks takes in a device mode: one per rank in
+    ``cuda`` mode, the one they share in ``emulate`` mode, none on ``cpu``."""
+    return {"cuda": world, "emulate": 1}.get(device, 0)
+
+
 TIMING_PRECISION_HELP = ("time more calls (up to 4x the planned ones, within the timing budget) until the speedup's 95% interval "
                          "is within this share of it either way, while more calls may get it there (at the spread seen, 4x "
                          "the calls would leave it at most 1.5x wider than asked); 0: only the planned calls, the fastest (an "
