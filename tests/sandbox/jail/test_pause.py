@@ -4,6 +4,7 @@ everything runs again after."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -50,21 +51,28 @@ def _cpu_s(processes: list[psutil.Process]) -> float:
     return total
 
 
-@pytest.fixture
-def spinning(tmp_path):
+@contextlib.contextmanager
+def _jailed(tmp_path, script: str):
+    """``script`` running in a jail in ``tmp_path``, once it printed "ready"; the jail killed after."""
     read, write = os.pipe()
-    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", SPINNERS], stdout=write)
+    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", script], stdout=write)
     os.close(write)
     try:
         with os.fdopen(read) as out:
             assert out.readline().strip() == "ready"
+        yield jail
+    finally:
+        jail.kill()
+
+
+@pytest.fixture
+def spinning(tmp_path):
+    with _jailed(tmp_path, SPINNERS) as jail:
         deadline = time.monotonic() + 10
         while len(_below(jail)) < 3 and time.monotonic() < deadline:  # the payload and its two orphans
             time.sleep(0.05)
         assert len(_below(jail)) >= 3
         yield jail
-    finally:
-        jail.kill()
 
 
 def test_a_paused_tree_uses_no_cpu_and_runs_again_after(spinning):
@@ -121,17 +129,10 @@ libc.syscall(60, 0)  # the first thread alone exits: the process reads as a zomb
 def test_a_zombie_leader_with_a_thread_running_is_not_taken_as_stopped(tmp_path):
     """A process's state is its first thread's; every thread's counts
     (tests/fixtures/hostile/pause_dodged_by_zombie_leader.py)."""
-    read, write = os.pipe()
-    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", ZOMBIE_LEADER], stdout=write)
-    os.close(write)
-    try:
-        with os.fdopen(read) as out:
-            assert out.readline().strip() == "ready"
+    with _jailed(tmp_path, ZOMBIE_LEADER) as jail:
         time.sleep(0.2)
         with pause.paused(jail.process.pid) as failed:
             assert failed is not None and "did not stop" in failed
-    finally:
-        jail.kill()
 
 
 VFORK_PARENT = r"""
@@ -151,12 +152,7 @@ while True:
 def test_a_process_asleep_in_uninterruptible_sleep_does_not_fail_the_pause(tmp_path):
     """A vfork parent waits in state D for good and uses no CPU: the pause holds the rest of the
     tree (tests/fixtures/hostile/pause_defeated_by_vfork.py made every pause fail this way)."""
-    read, write = os.pipe()
-    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", VFORK_PARENT], stdout=write)
-    os.close(write)
-    try:
-        with os.fdopen(read) as out:
-            assert out.readline().strip() == "ready"
+    with _jailed(tmp_path, VFORK_PARENT) as jail:
         time.sleep(0.3)
         states = {p.pid: p.status() for p in _below(jail)}
         assert psutil.STATUS_DISK_SLEEP in states.values(), states
@@ -165,8 +161,6 @@ def test_a_process_asleep_in_uninterruptible_sleep_does_not_fail_the_pause(tmp_p
             held = {p.pid: p.status() for p in _below(jail)}
             assert held and all(s in (psutil.STATUS_STOPPED, psutil.STATUS_DISK_SLEEP) for s in held.values()), held
             assert sum(s == psutil.STATUS_STOPPED for s in held.values()) >= 2, held  # the script and the vfork child
-    finally:
-        jail.kill()
 
 
 FORK_RACER = r"""
@@ -195,12 +189,7 @@ def test_a_child_forked_while_its_parent_is_being_stopped_is_stopped_too(tmp_pat
     large page tables) makes a child after the sweep that found it, and that child ran on through
     the pause: 40 of 40 pauses before the pause swept once more after everything it found had
     stopped. The children count in a shared file; a paused tree counts nothing."""
-    read, write = os.pipe()
-    jail = Jail.start(JailSpec(workdir=str(tmp_path)), [sys.executable, "-c", FORK_RACER], stdout=write)
-    os.close(write)
-    try:
-        with os.fdopen(read) as out:
-            assert out.readline().strip() == "ready"
+    with _jailed(tmp_path, FORK_RACER) as jail:
         time.sleep(0.3)
         running = (tmp_path / "counter").read_bytes()
         time.sleep(0.05)
@@ -214,5 +203,3 @@ def test_a_child_forked_while_its_parent_is_being_stopped_is_stopped_too(tmp_pat
                 escaped += (tmp_path / "counter").read_bytes() != before
             time.sleep(0.02)
         assert escaped == 0, f"{escaped} of 40 pauses left a process running"
-    finally:
-        jail.kill()
