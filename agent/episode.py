@@ -119,7 +119,7 @@ class Episode:
         from agent.providers import Message
 
         status = "Interrupted" if isinstance(error, KeyboardInterrupt) else type(error).__name__
-        text = "interrupted (Ctrl-C)" if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
+        text = (str(error) or "interrupted (Ctrl-C)") if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
         exit_message = Message(role="exit", content=f"{status}: {text}; the loop had not started", extra={
             "exit_status": status, "submission": "", "exception_str": str(error), "exception_type": type(error).__name__,
             "traceback": "".join(traceback.format_exception(error)), "timestamp": time.time()})

@@ -197,7 +197,7 @@ class Agent(BaseAgent):
         """End the run on an exception that was not the loop's own: Ctrl-C is ``Interrupted``,
         anything else its class name; the exit message keeps the exception and its traceback."""
         if isinstance(error, KeyboardInterrupt):
-            self.finish("Interrupted", "interrupted (Ctrl-C)", exception=error)
+            self.finish("Interrupted", str(error) or "interrupted (Ctrl-C)", exception=error)
         else:
             self.finish(type(error).__name__, f"uncaught {type(error).__name__}: {error}", exception=error)
 

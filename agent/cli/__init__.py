@@ -8,6 +8,7 @@ the command.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -41,8 +42,19 @@ def configure_logging() -> None:
                         logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a scheduler ending a job): unwound like Ctrl-C (exit 130), so sandboxes
+    are closed, their processes ended and runs left resumable, instead of the process vanishing
+    mid-work; a trajectory says "terminated (SIGTERM)"."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated("terminated (SIGTERM)")
+
+
 def main() -> None:
     configure_logging()
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except UserError as error:

@@ -4,12 +4,11 @@ labels every sandbox container carries, and sweeping containers whose owner is g
 from __future__ import annotations
 
 import os
-import socket
-from functools import cache
 
 import structlog
 
 from sandbox.backends.base import SandboxError
+from sandbox.backends.owner import owner, owner_alive
 
 log = structlog.get_logger(__name__)
 
@@ -47,28 +46,6 @@ def require_image(client, image: str):
         raise SandboxError(f"the sandbox image {image} is not on this Docker engine: build it with {hint}") from None
     except docker.errors.APIError as error:
         raise SandboxError(f"cannot inspect the sandbox image {image}: {_first_line(error)}") from None
-
-
-@cache
-def owner() -> str:
-    """``host/pid/start``: who owns a container, precise enough to tell when the owner is gone."""
-    return f"{socket.gethostname()}/{os.getpid()}/{_start_time(os.getpid())}"
-
-
-def _start_time(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return "?"
-
-
-def owner_alive(value: str) -> bool:
-    host, _, rest = value.partition("/")
-    pid, _, started = rest.partition("/")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True  # another machine's container: not ours to judge
-    return _start_time(int(pid)) == started and started != "?"
 
 
 def labels(marker: str) -> dict[str, str]:

@@ -5,6 +5,11 @@ Weaker isolation than Docker, for machines without it: a new session and process
 allow-list (no API keys ever), rlimits, and, inside the harness, Landlock confinement of
 candidate ranks where the kernel has it. No network namespace: a candidate could reach the
 network through native code. Use ``--sandbox docker`` for untrusted work at scale.
+
+Nothing outlives an owner killed without closing its sandbox: the harness ends its processes
+when its report channel loses its reader (sandbox.harness.lifeline), and the work dir, which
+names its owner in ``OWNER_FILE``, is removed by the next local sandbox started in the same
+place once that owner is gone. A kept work dir (``keep``) names no owner and is never swept.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import structlog
 
 from kloop_runtime import settings
 from sandbox.backends.base import MAX_OUTPUT_BYTES, CappedReader, ExecResult, Sandbox, SandboxError
+from sandbox.backends.owner import owner, owner_alive
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +40,8 @@ ENV_ALLOWLIST = (
     "KLOOP_REFERENCE_CACHE_MAX_GB",
 )
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+WORKDIR_PREFIX = "kloop-"
+OWNER_FILE = ".kloop-owner"
 
 
 def sandbox_env(workdir: str, marker: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -55,6 +63,28 @@ def _limit_resources() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_cap, file_cap))
 
 
+def sweep_orphaned_workdirs(base: str) -> list[str]:
+    """Remove the local sandboxes' work dirs in ``base`` whose owner is gone; returns them."""
+    removed = []
+    try:
+        names = [name for name in os.listdir(base) if name.startswith(WORKDIR_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            with open(os.path.join(path, OWNER_FILE)) as handle:
+                named = handle.read(200)
+        except OSError:
+            continue  # not a sandbox's, kept, or being made: never ours to remove
+        if not owner_alive(named):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    if removed:
+        log.warning("removed work dirs of local sandboxes whose owner is gone", count=len(removed), base=base)
+    return removed
+
+
 class LocalSandbox(Sandbox):
     name = "local"
     isolation = ("env-allowlist", "rlimits", "process-group")
@@ -68,8 +98,11 @@ class LocalSandbox(Sandbox):
     def start(self) -> None:
         if self.base_dir:
             os.makedirs(self.base_dir, exist_ok=True)
-        self.workdir = tempfile.mkdtemp(prefix="kloop-", dir=self.base_dir)
+        sweep_orphaned_workdirs(self.base_dir or tempfile.gettempdir())
+        self.workdir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=self.base_dir)
         os.makedirs(os.path.join(self.workdir, "tmp"), exist_ok=True)
+        if not self.keep:
+            Path(self.workdir, OWNER_FILE).write_text(owner())
 
     def _path(self, path: str) -> str:
         if not self.workdir:

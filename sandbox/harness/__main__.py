@@ -57,12 +57,16 @@ def reap_descendants() -> int:
 
 def prepare_process(workdir: Path) -> int:
     """Make this process the trusted harness: its output to a log file (the returned descriptor
-    is the original stdout, for reports only), a subreaper, non-dumpable, multicast off."""
+    is the original stdout, for reports only), a subreaper, non-dumpable, multicast off, and
+    ended with everything below it when its owner is gone (sandbox.harness.lifeline)."""
     report_fd = _redirect_output(workdir / "logs" / "harness.log")
     if sys.platform == "linux":
         libc = ctypes.CDLL(None)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<pid>/{environ,fd,mem} closed to same-user processes
+        from sandbox.harness.lifeline import watch_owner
+
+        watch_owner(report_fd, reap_descendants)
     import structlog
 
     from kloop_runtime.settings import MULTICAST_OFF
