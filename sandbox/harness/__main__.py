@@ -3,21 +3,19 @@
 The report (EvalReport JSON) goes to this process's original stdout, a channel no rank can
 reach: ranks write to pipes the harness reads, this process is non-dumpable (its /proc files
 are closed to same-user processes) and, as a child subreaper, it kills whatever the evaluation
-left behind before it exits (candidate ranks end with their jail in any case).
+left behind before it exits (candidate ranks end with their jail in any case), or at once when
+its owner is gone (sandbox.harness.lifeline).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
 
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_SET_DUMPABLE = 4
+from sandbox.harness.lifeline import end_with_owner, reap_descendants
 
 
 def _redirect_output(log_path: Path) -> int:
@@ -32,41 +30,16 @@ def _redirect_output(log_path: Path) -> int:
     return report_fd
 
 
-def reap_descendants() -> int:
-    """Kill everything below this process (orphans are re-parented here); returns how many."""
-    from sandbox.jail import tree
-
-    killed = 0
-    for _ in range(100):
-        children = tree.child_pids(os.getpid())
-        if not children:
-            break
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-        for pid in children:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-    return killed
-
-
 def prepare_process(workdir: Path) -> int:
     """Make this process the trusted harness: its output to a log file (the returned descriptor
     is the original stdout, for reports only), a subreaper, non-dumpable, multicast off, and
     ended with everything below it when its owner is gone (sandbox.harness.lifeline)."""
     report_fd = _redirect_output(workdir / "logs" / "harness.log")
     if sys.platform == "linux":
-        libc = ctypes.CDLL(None)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<pid>/{environ,fd,mem} closed to same-user processes
-        from sandbox.harness.lifeline import watch_owner
+        from sandbox.jail import kernel
 
-        watch_owner(report_fd, reap_descendants)
+        kernel.prctl(kernel.PR_SET_DUMPABLE, 0)  # /proc/<pid>/{environ,fd,mem} closed to same-user processes
+    end_with_owner(report_fd)
     import structlog
 
     from kloop_runtime.settings import MULTICAST_OFF

@@ -3,7 +3,8 @@
 The controller writes a JSON config (``RunnerConfig``) outside the shell's reach and runs
 ``python -m sandbox.shell --config FILE`` in the sandbox; this prints one JSON line (``result``).
 The command's deadline covers everything it starts, kloop's commands included: at the deadline
-the jail (the whole process tree) is killed.
+the jail (the whole process tree) is killed, and at once if the controller is gone
+(sandbox.harness.lifeline).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.backends.base import CappedBuffer
+from sandbox.harness.lifeline import end_with_owner
 from sandbox.readiness import wait_readable
 
 TOOLS = ("check", "bench", "profile", "submit")
@@ -291,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
     config = RunnerConfig(**json.loads(args.config.read_text()))
+    end_with_owner(sys.stdout.fileno())
     result = run(config)
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()

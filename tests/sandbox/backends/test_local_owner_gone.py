@@ -1,8 +1,9 @@
 """Nothing of a local sandbox outlives an owner killed without closing it (sandbox/harness/lifeline.py,
 ``sweep_orphaned_workdirs`` in sandbox/backends/local.py): the harness, its reference group and the
-candidate's jailed ranks end as soon as the owner is gone, and its work dir is removed by the next
-local sandbox started in the same place. Real processes: an owner process that starts a sandbox and
-an evaluation of a candidate that never returns, killed with SIGKILL mid-evaluation.
+candidate's jailed ranks (or the agent's shell command) end as soon as the owner is gone, and its
+work dir is removed by the next local sandbox started in the same place. Real processes: an owner
+process that starts a sandbox and an evaluation of a candidate that never returns (or a shell
+command that never ends), killed with SIGKILL midway.
 """
 
 from __future__ import annotations
@@ -34,16 +35,21 @@ box.start()
 print(box.marker, box.workdir, flush=True)
 if sys.argv[2] == "warm":
     WarmEvaluator(box).evaluate(sys.argv[3], config)
+elif sys.argv[2] == "shell":
+    from agent.bash.shell import Shell
+
+    Shell(box, commands=None).run("python3 -c 'import time; time.sleep(3600)' & sleep 3600", timeout_s=3600)
 else:
     evaluate_in(box, sys.argv[3], config)
 """
+STARTED = {"one-shot": "sandbox.rank", "warm": "sandbox.rank", "shell": "sleep 3600"}
 
 
-def _ranks_running(owner: psutil.Process) -> list[psutil.Process]:
-    """The owner's descendants once the candidate's ranks (jailed ``sandbox.rank``) run, else []."""
+def _started(owner: psutil.Process, what: str) -> list[psutil.Process]:
+    """The owner's descendants once one of them runs ``what`` (jailed candidate ranks, the shell's command), else []."""
     try:
         below = owner.children(recursive=True)
-        return below if any("sandbox.rank" in " ".join(p.cmdline()) for p in below) else []
+        return below if any(what in " ".join(p.cmdline()) for p in below) else []
     except psutil.Error:
         return []
 
@@ -59,8 +65,8 @@ def _alive(processes: list[psutil.Process]) -> list[str]:
     return alive
 
 
-@pytest.mark.parametrize("harness", ["one-shot", "warm"])
-def test_an_owner_killed_mid_evaluation_leaves_no_process_and_no_work_dir(tmp_path, harness):
+@pytest.mark.parametrize("harness", sorted(STARTED))
+def test_an_owner_killed_midway_leaves_no_process_and_no_work_dir(tmp_path, harness):
     owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path), harness, NEVER_RETURNS], stdout=subprocess.PIPE,
                              text=True, cwd=os.getcwd())
     try:
@@ -68,9 +74,9 @@ def test_an_owner_killed_mid_evaluation_leaves_no_process_and_no_work_dir(tmp_pa
         deadline = time.monotonic() + 180
         below: list[psutil.Process] = []
         while not below and time.monotonic() < deadline and owner.poll() is None:
-            below = _ranks_running(psutil.Process(owner.pid))
+            below = _started(psutil.Process(owner.pid), STARTED[harness])
             time.sleep(0.2)
-        assert below, "the candidate's ranks never started"
+        assert below, f"{STARTED[harness]} never started"
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
         deadline = time.monotonic() + 15
