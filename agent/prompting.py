@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import problems
 from agent.budget import Budget, Spend, near_end
+from kloop_runtime import settings
 from problems.contract import Problem
 from prompts import render
 from sandbox import topology
+from sandbox.atomic_file import atomic_write
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 
@@ -16,6 +22,7 @@ if TYPE_CHECKING:
     from agent.loop import BestSolution
 
 MAX_EXAMPLES = 2
+INPUT_HELPERS = tuple(Path(problems.__file__).parent / name for name in ("authoring.py", "contract.py"))  # what generators call
 
 
 def prompt_topology(config: HarnessConfig) -> topology.Topology | None:
@@ -74,9 +81,40 @@ def _docstring(source: str) -> str:
         return ""
 
 
-def input_signature(problem: Problem, world: int, size: str, dtype: str) -> list[str] | None:
+def input_signature(problem: Problem, world: int, size: str, dtype: str, cache_root: Path | None = None) -> list[str] | None:
     """``["bfloat16[33554432]", ...]`` for rank 0's inputs, without allocating them (None if
-    the generator cannot run on fake tensors, e.g. data-dependent shapes)."""
+    the generator cannot run on fake tensors, e.g. data-dependent shapes). Kept under the cache
+    root (``prompt-inputs/``), keyed by the problem's sources, the shared input helpers and torch's
+    version: working it out imports torch (about a second), which a prompt needs no other way."""
+    path = (cache_root or settings.cache_root()) / "prompt-inputs" / f"{_signature_key(problem, world, size, dtype)}.json"
+    try:
+        kept = json.loads(path.read_text())["inputs"]
+        if kept is None or (isinstance(kept, list) and all(isinstance(item, str) for item in kept)):
+            return kept
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = _traced_signature(problem, world, size, dtype)
+    try:
+        atomic_write(path, json.dumps({"inputs": found}))
+    except OSError:
+        pass  # a read-only cache: worked out again next time
+    return found
+
+
+def _signature_key(problem: Problem, world: int, size: str, dtype: str) -> str:
+    from importlib import metadata
+
+    digest = hashlib.sha256(f"{problem.name}|{problem.source_hash()}|{world}|{size}|{dtype}|".encode())
+    for helper in INPUT_HELPERS:
+        digest.update(helper.read_bytes())
+    try:
+        digest.update(metadata.version("torch").encode())
+    except metadata.PackageNotFoundError:
+        pass
+    return digest.hexdigest()[:24]
+
+
+def _traced_signature(problem: Problem, world: int, size: str, dtype: str) -> list[str] | None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -117,7 +155,7 @@ def task_prompt(problem: Problem, config: HarnessConfig, steps: int, *, cheat_sh
     sheet = cheat_sheet(topo) if cheat_sheet_on and topo is not None else ""
     return render(
         template, problem=problem.spec, reference_source=problem.reference_source.strip(), world=config.world,
-        inputs=input_signature(problem, config.world, size, dtype) or [], size=size, shape=shape, dtype=dtype,
+        inputs=input_signature(problem, config.world, size, dtype, config.cache_dir) or [], size=size, shape=shape, dtype=dtype,
         device=config.device, topology=topo, roofline=bound, allow_nccl=config.allow_nccl, steps=steps,
         cheat_sheet=sheet.strip(), examples=list(examples), pkb_helpers=problem.compat == "pkb", **extra,
     )

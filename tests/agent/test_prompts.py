@@ -144,3 +144,33 @@ def test_the_rules_in_the_prompt_are_the_rules_the_judge_enforces():
     examples = re.search(r"point-to-point ops \(([^)]*)\)", text).group(1)
     for op in re.findall(r"[a-z_]+", examples.replace("send/recv", "send recv")):
         assert op in COLLECTIVES, op
+
+
+def test_a_later_prompt_reads_the_input_shapes_kept_by_the_first_without_torch(tmp_path):
+    """Working out the inputs' shapes runs the problem's generator on fake tensors, which imports torch
+    (seconds): the first prompt keeps them under the cache root, the next needs no torch."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KLOOP_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-X", "importtime", "-m", "agent", "prompt", "all_reduce", "--world", "4"],
+                           capture_output=True, text=True, env=env, check=True) for _ in range(2)]
+    imported_torch = [any(line.rstrip().endswith("| torch") for line in run.stderr.splitlines()) for run in runs]
+    assert imported_torch == [True, False]
+    assert runs[0].stdout == runs[1].stdout and "`bfloat16[12288]`" in runs[1].stdout
+
+
+def test_a_kept_input_signature_is_keyed_by_the_problem_and_a_bad_file_is_worked_out_again(tmp_path, monkeypatch):
+    from agent.prompting import input_signature
+
+    problem = get_problem("all_reduce")
+    assert input_signature(problem, 2, "small", "bfloat16", tmp_path) == ["bfloat16[12288]"]
+    assert input_signature(problem, 2, "default", "float32", tmp_path) == ["float32[33554432]"]
+    kept = sorted((tmp_path / "prompt-inputs").glob("*.json"))
+    assert len(kept) == 2
+    for path in kept:
+        path.write_text('{"inputs": [1, 2')  # cut short
+    assert input_signature(problem, 2, "small", "bfloat16", tmp_path) == ["bfloat16[12288]"]
+    monkeypatch.setattr(type(problem), "source_hash", lambda self: "a-changed-reference")
+    monkeypatch.setattr("agent.prompting._traced_signature", lambda *args: ["traced again"])
+    assert input_signature(problem, 2, "small", "bfloat16", tmp_path) == ["traced again"]  # not the old problem's
