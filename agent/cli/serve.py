@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -61,7 +60,7 @@ def serve(
     from service.api import create_app
     from service.evaluations import default_cpu_slots, visible_gpus
     from service.keys import KeysFileError, load_keys_file
-    from service.server import ServerSettings, Service
+    from service.server import ServerSettings, Service, listen
 
     if sandbox not in ("local", "docker"):
         raise UserError(f"--sandbox {sandbox}: choose local or docker")
@@ -75,9 +74,8 @@ def serve(
         gpu_ids = visible_gpus() if gpus is None else parse_gpu_ids(gpus)
     except GpuPoolError as error:
         raise UserError(str(error)) from None
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:  # bound before anything starts: a port in use is a one-line error, not a service that started and cannot serve
-        listening = socket.create_server((host, port), family=family)
+    try:
+        listening = listen(host, port)
     except OSError as error:
         raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     with listening:
