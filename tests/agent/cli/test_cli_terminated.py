@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.processes import still_running
+
 NEVER_RETURNS = "import time\n\n\ndef solution(tensor):\n    time.sleep(3600)\n    return tensor\n"
 SCRIPT = "- |\n  Here it is.\n\n  ```python\n" + "".join(f"  {line}\n" if line else "\n" for line in NEVER_RETURNS.splitlines()) + "  ```\n"
 
@@ -43,23 +45,12 @@ def _terminate_once_ranks_run(command: list[str], tmp_path: Path) -> tuple[subpr
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), below
 
 
-def _alive(processes: list[psutil.Process]) -> list[str]:
-    alive = []
-    for process in processes:
-        try:
-            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(" ".join(process.cmdline())[:100])
-        except psutil.Error:
-            continue
-    return alive
-
-
 def test_a_terminated_eval_leaves_nothing_behind(tmp_path):
     (tmp_path / "solution.py").write_text(NEVER_RETURNS)
     done, below = _terminate_once_ranks_run(["eval", "all_reduce", "solution.py", "--world", "2", "--allow-nccl"], tmp_path)
     assert done.returncode == 130, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
-    assert _alive(below) == []
+    assert still_running(below, wait_s=5.0) == []
     assert list((tmp_path / "tmp").glob("kloop-*")) == []
 
 
@@ -69,7 +60,7 @@ def test_a_terminated_run_says_so_in_its_trajectory(tmp_path):
                                              "cpu", "--allow-nccl", "--steps", "1", "--out", str(tmp_path / "runs")], tmp_path)
     assert done.returncode == 130, done.stderr[-2000:]
     assert "interrupted; trajectory:" in done.stderr
-    assert _alive(below) == []
+    assert still_running(below, wait_s=5.0) == []
     assert list((tmp_path / "tmp").glob("kloop-*")) == []
     trajectory = json.loads(next((tmp_path / "runs").glob("*/trajectory.traj.json")).read_text())
     assert trajectory["info"]["exit_status"] == "Interrupted"

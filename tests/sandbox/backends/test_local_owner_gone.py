@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from sandbox.backends.local import OWNER_FILE, LocalSandbox, sweep_orphaned_workdirs
-from tests.support.processes import leftover_processes
+from tests.support.processes import leftover_processes, still_running
 
 NEVER_RETURNS = "import time\n\ndef solution(tensor):\n    time.sleep(3600)\n    return tensor\n"
 
@@ -54,17 +54,6 @@ def _started(owner: psutil.Process, what: str) -> list[psutil.Process]:
         return []
 
 
-def _alive(processes: list[psutil.Process]) -> list[str]:
-    alive = []
-    for process in processes:
-        try:
-            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(f"{process.pid}: {' '.join(process.cmdline())[:100]}")
-        except psutil.Error:
-            continue
-    return alive
-
-
 @pytest.mark.parametrize("harness", sorted(STARTED))
 def test_an_owner_killed_midway_leaves_no_process_and_no_work_dir(tmp_path, harness):
     owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path), harness, NEVER_RETURNS], stdout=subprocess.PIPE,
@@ -79,10 +68,7 @@ def test_an_owner_killed_midway_leaves_no_process_and_no_work_dir(tmp_path, harn
         assert below, f"{STARTED[harness]} never started"
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
-        deadline = time.monotonic() + 15
-        while _alive(below) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _alive(below) == [], "processes of the sandbox outlived its owner"
+        assert still_running(below, wait_s=15.0) == [], "processes of the sandbox outlived its owner"
         assert leftover_processes(marker) == []
     finally:
         if owner.poll() is None:

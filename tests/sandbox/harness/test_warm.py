@@ -19,6 +19,7 @@ import pytest
 
 from tests.fixtures.candidates import HERE as CANDIDATES
 from tests.fixtures.candidates import printed, source
+from tests.support.processes import still_running
 
 MARKS = "all_reduce_marks_its_process"
 READY_WAIT_S = 180.0
@@ -38,15 +39,6 @@ def _token(report) -> str:
 
 def _descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
-
-
-def _still_running(processes: list[psutil.Process], wait_s: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + wait_s
-    while True:
-        alive = [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        if not alive or time.monotonic() > deadline:
-            return [f"{p.pid}: {' '.join(p.cmdline())[:120]}" for p in alive]
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -172,14 +164,14 @@ def test_warm_groups_keep_fresh_groups_ready_and_end_used_ones(tmp_path, monkeyp
             groups.release(evaluation, reference, candidate)
             assert groups.wait_ended(30.0)
             assert candidate.closed and not candidate.workdir.exists()
-            assert _still_running(processes, wait_s=2.0) == []
+            assert still_running(processes, wait_s=2.0) == []
             taken.append((candidate, processes))
         pooled = [p for entry in groups._candidates.values() for e in entry if e.group for p in
                   [psutil.Process(e.group.process.pid), *_descendants(e.group.process.pid)]]
         assert pooled, "nothing was started ahead"
     finally:
         groups.close()
-    assert _still_running(pooled) == []
+    assert still_running(pooled) == []
 
 
 def test_no_group_starts_while_an_evaluation_times(tmp_path, monkeypatch):
@@ -243,7 +235,7 @@ def test_no_process_of_a_warm_harness_outlives_it(box, how):
             warm.process.wait()
     finally:
         warm.close()
-    assert _still_running(below, wait_s=15.0) == []
+    assert still_running(below, wait_s=15.0) == []
 
 
 def test_a_warm_harness_keeps_only_its_most_recently_used_reference_groups(tmp_path, monkeypatch):
@@ -271,8 +263,8 @@ def test_a_warm_harness_keeps_only_its_most_recently_used_reference_groups(tmp_p
         assert groups.wait_ended(30.0)
         first, second, third = (group for group, _ in handed_back[:3])
         assert list(groups._references.values()) == [third, second], "not the two most recently used"
-        assert first.closed and _still_running([handed_back[0][1]], wait_s=5.0) == []
+        assert first.closed and still_running([handed_back[0][1]], wait_s=5.0) == []
         assert not second.closed and not third.closed
     finally:
         groups.close()
-    assert _still_running([process for _, process in handed_back]) == []
+    assert still_running([process for _, process in handed_back]) == []
