@@ -73,6 +73,8 @@ def sweep_orphaned_workdirs(base: str) -> list[str]:
     for name in names:
         path = os.path.join(base, name)
         try:
+            if os.lstat(path).st_uid != os.getuid():
+                continue  # another user's (whose processes this one may not even see)
             with open(os.path.join(path, OWNER_FILE)) as handle:
                 named = handle.read(200)
         except OSError:
