@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,11 @@ def candidate_launcher(workdir: Path, mode: str, network: str):
 
 
 def _kill_session(process: subprocess.Popen) -> None:
+    """Kill a reference group's session, and collect its processes that were re-parented here:
+    the zygote's forked ranks outlive it by a moment, and a harness is a child subreaper
+    (sandbox.harness.lifeline), so each becomes this process's zombie. Uncollected, a warm
+    harness gathered one per rank of every group it ended (hundreds over a CI run; a service that
+    runs for weeks would run out of process ids)."""
     import signal
 
     try:
@@ -142,4 +148,12 @@ def _kill_session(process: subprocess.Popen) -> None:
     try:
         process.wait(5)
     except subprocess.TimeoutExpired:
-        pass
+        return  # the zygote still holds its ranks: the harness's own reaping gets them
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-process.pid, os.WNOHANG)  # a child of this process in the session's group
+        except ChildProcessError:
+            return  # none (left) here
+        if pid == 0:
+            time.sleep(0.005)  # killed, not yet ended

@@ -268,3 +268,29 @@ def test_a_warm_harness_keeps_only_its_most_recently_used_reference_groups(tmp_p
     finally:
         groups.close()
     assert still_running([process for _, process in handed_back]) == []
+
+
+
+def test_a_warm_harness_collects_the_ranks_of_the_reference_groups_it_ends(box):
+    """A reference group's zygote forks its ranks; when the group is ended they are re-parented to the
+    harness (a child subreaper) and must be collected there, not left as zombies: a warm harness
+    gathered one per rank of every group it ended (hundreds over a CI run). A world-8 group beside a
+    world-2 one is more than the 8 reference ranks kept, so the world-2 group is ended."""
+    from sandbox.evaluate import WarmEvaluator
+
+    with WarmEvaluator(box) as warm:
+        for world in (2, 8):
+            report = warm.evaluate(source("all_reduce_fp32"), _config(world=world))
+            assert report.status == "correct", report.message
+        harness = psutil.Process(warm.process.pid)
+
+        def references() -> list[psutil.Process]:
+            return [p for p in harness.children() if p.status() != psutil.STATUS_ZOMBIE and "reference_rank" in " ".join(p.cmdline())]
+
+        deadline = time.monotonic() + 30
+        while len(references()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(references()) == 1, "the least recently used reference group was not ended"
+        time.sleep(2.0)  # its ranks, killed with it, have ended and been re-parented by now
+        zombies = [p for p in harness.children() if p.status() == psutil.STATUS_ZOMBIE]
+        assert zombies == [], f"{len(zombies)} ranks of ended groups left as zombies of the harness"
