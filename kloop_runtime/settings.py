@@ -5,12 +5,14 @@ and the topology probe read them from here.
 
 - ``$KLOOP_CACHE_DIR`` (default ``~/.cache/kernel-loop``) is the cache root;
 - ``$KLOOP_COMPILE_CACHE`` (default ``<root>/compile``) holds compiled cubins and extensions;
-- ``<root>/topology`` holds this host's measured topology.
+- ``<root>/topology`` holds this host's measured topology;
+- ``<root>/bytecode`` holds torch's bytecode for rank processes, when torch ships without it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 CACHE_ROOT_ENV = "KLOOP_CACHE_DIR"
@@ -21,15 +23,20 @@ COMPILE_CACHE_ENV = "KLOOP_COMPILE_CACHE"
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def cache_root() -> Path:
-    """``$KLOOP_CACHE_DIR``, else ``~/.cache/kernel-loop``."""
-    root = os.environ.get(CACHE_ROOT_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "kernel-loop")
+def cache_root(env: Mapping[str, str] | None = None) -> Path:
+    """``$KLOOP_CACHE_DIR`` (of ``env``, default this process's), else ``~/.cache/kernel-loop``."""
+    root = (os.environ if env is None else env).get(CACHE_ROOT_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "kernel-loop")
     return Path(root)
 
 
 def compile_cache_dir() -> Path:
     """``$KLOOP_COMPILE_CACHE``, else ``compile/`` under the cache root."""
     return Path(os.environ.get(COMPILE_CACHE_ENV) or cache_root() / "compile")
+
+
+def rank_bytecode_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``bytecode/`` under the cache root (sandbox.harness.bytecode)."""
+    return cache_root(env) / "bytecode"
 
 
 def topology_cache_dir(root: Path | None = None) -> Path:

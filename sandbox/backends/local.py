@@ -30,6 +30,7 @@ import structlog
 from kloop_runtime import settings
 from sandbox.backends.base import MAX_OUTPUT_BYTES, CappedReader, ExecResult, Sandbox, SandboxError
 from sandbox.backends.owner import owner, owner_alive
+from sandbox.harness.bytecode import ensure_rank_bytecode
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +38,7 @@ ENV_ALLOWLIST = (
     "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "NVCC",
     "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS", "NCCL_DEBUG",
     "NCCL_SOCKET_IFNAME", "NCCL_P2P_LEVEL", "KLOOP_CACHE_DIR", "KLOOP_COMPILE_CACHE", "KLOOP_CUDA_ARCH",
-    "KLOOP_REFERENCE_CACHE_MAX_GB",
+    "KLOOP_REFERENCE_CACHE_MAX_GB", "KLOOP_RANK_BYTECODE",
 )
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 WORKDIR_PREFIX = "kloop-"
@@ -101,6 +102,7 @@ class LocalSandbox(Sandbox):
         if self.base_dir:
             os.makedirs(self.base_dir, exist_ok=True)
         sweep_orphaned_workdirs(self.base_dir or tempfile.gettempdir())
+        ensure_rank_bytecode({**os.environ, **self.extra_env})  # the cache root and mode the harness will see
         self.workdir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=self.base_dir)
         os.makedirs(os.path.join(self.workdir, "tmp"), exist_ok=True)
         if not self.keep:

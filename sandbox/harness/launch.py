@@ -22,27 +22,21 @@ from typing import Any
 import structlog
 
 from kloop_runtime import settings
+from sandbox.harness.bytecode import rank_bytecode
+from sandbox.harness.hidden import hidden_paths, package_dir
 
 log = structlog.get_logger(__name__)
 
 CANDIDATE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST",
                  "KLOOP_CUDA_ARCH", "NCCL_DEBUG", "NCCL_P2P_LEVEL", "OMP_NUM_THREADS", "LD_LIBRARY_PATH")
-PROJECT_PACKAGES = ("sandbox", "problems", "kloop_runtime", "prompts", "agent")
 RANK_FILES = ("__init__.py", "runtime.py", "rank", "readiness.py")  # of `sandbox`: what a candidate's rank imports
-
-
-def _package_dir(name: str) -> Path | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec(name)
-    return Path(spec.origin).resolve().parent if spec and spec.origin else None
 
 
 def stage_rank_packages(folder: Path) -> Path:
     """A private copy of what a candidate's rank imports (kloop_runtime, and of sandbox only its
     __init__, the runtime alias and the rank package), in ``folder``; returns it."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    runtime, sandbox = _package_dir("kloop_runtime"), _package_dir("sandbox")
+    runtime, sandbox = package_dir("kloop_runtime"), package_dir("sandbox")
     shutil.copytree(runtime, folder / "kloop_runtime", ignore=ignore, dirs_exist_ok=True)
     for name in RANK_FILES:
         source = sandbox / name
@@ -61,19 +55,16 @@ def packages_dir(workdir: Path) -> Path:
     return workdir.with_name(workdir.name + "-packages")
 
 
-def hidden_paths() -> tuple[str, ...]:
-    """What a candidate's rank may not read even inside folders it may: this project's packages
-    (in place or installed) and the caches. (The rest of the home folder is not readable anyway.)"""
-    found = [str(p) for name in PROJECT_PACKAGES if (p := _package_dir(name)) is not None]
-    return tuple(found + [str(settings.cache_root())])
-
-
-def candidate_env(workdir: Path, packages: Path, mode: str) -> dict[str, str]:
+def candidate_env(workdir: Path, packages: Path, mode: str, bytecode: Path | None = None) -> dict[str, str]:
+    """``bytecode``: compiled imports the tree reads and never writes (sandbox.harness.bytecode); the
+    caller lets the jail read it."""
     env = {name: os.environ[name] for name in CANDIDATE_ENV if name in os.environ}
     env.update(settings.MULTICAST_OFF, PYTHONPATH=str(packages), HOME=str(workdir), TMPDIR=str(workdir / "tmp"),
                PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONUNBUFFERED="1",
                NCCL_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo", TRITON_CACHE_DIR=str(workdir / "triton"),
                TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"))
+    if bytecode is not None:
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode)
     if mode == "emulate":
         env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
     return env
@@ -100,6 +91,8 @@ class Launched:
 
 def reference_launcher(workdir: Path, mode: str):
     env = {**os.environ, **settings.MULTICAST_OFF, "TMPDIR": str(workdir / "tmp"), "PYTHONUNBUFFERED": "1"}
+    if (bytecode := rank_bytecode()) is not None:  # read only: the project's own modules must never be written there
+        env.update(PYTHONPYCACHEPREFIX=str(bytecode), PYTHONDONTWRITEBYTECODE="1")
     if mode == "emulate":
         env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
 
@@ -122,8 +115,10 @@ def candidate_launcher(workdir: Path, mode: str, network: str):
     from sandbox.jail import Jail, JailSpec
 
     packages = stage_rank_packages(packages_dir(workdir))
-    spec = JailSpec(workdir=str(workdir), readable=(str(packages),), hidden=hidden_paths(), network=network,
-                    env=candidate_env(workdir, packages, mode), devices="none" if mode == "cpu" else "cuda")
+    bytecode = rank_bytecode()
+    spec = JailSpec(workdir=str(workdir), readable=(str(packages), *([str(bytecode)] if bytecode else [])),
+                    hidden=hidden_paths(), network=network, env=candidate_env(workdir, packages, mode, bytecode),
+                    devices="none" if mode == "cpu" else "cuda")
 
     def launch(argv: list[str], pass_fds: list[int], log_fd: int) -> Launched:
         jail = Jail.start(spec, [sys.executable, "-m", "sandbox.rank", *argv], pass_fds=tuple(pass_fds), stdout=log_fd,

@@ -75,13 +75,14 @@ def stage(root: Path) -> None:
                 os.chmod(os.path.join(top, entry), 0o755 if entry in dirs or entry in TOOLS else 0o644)
 
 
-def shell_env(config: RunnerConfig, tool_fd: int) -> dict[str, str]:
+def shell_env(config: RunnerConfig, tool_fd: int, bytecode: Path | None) -> dict[str, str]:
     """What the command's environment holds: the candidate ranks' allow-list (no keys, no cache
-    paths), kloop's commands and this Python first on PATH, the rank packages on PYTHONPATH."""
+    paths), kloop's commands and this Python first on PATH, the rank packages on PYTHONPATH;
+    ``bytecode``: torch's, read only (sandbox.harness.bytecode)."""
     from sandbox.harness.launch import candidate_env
 
     root = Path(config.root)
-    env = candidate_env(config.home, root / "packages", config.device)
+    env = candidate_env(config.home, root / "packages", config.device, bytecode)
     path = [str(root / "tools" / "bin"), os.path.dirname(sys.executable)]
     cuda = env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda"
     if os.path.isdir(os.path.join(cuda, "bin")):
@@ -230,7 +231,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(config: RunnerConfig) -> dict:
-    from sandbox.harness.launch import hidden_paths
+    from sandbox.harness.bytecode import rank_bytecode
+    from sandbox.harness.hidden import hidden_paths
     from sandbox.jail import Jail, JailError, JailSpec
 
     root = Path(config.root)
@@ -238,8 +240,10 @@ def run(config: RunnerConfig) -> dict:
     output = Output(config.output_limit)
     listener, handed = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     out_r, out_w = os.pipe()
-    spec = JailSpec(workdir=str(config.home), readable=(str(root / "packages"), str(root / "tools")), hidden=hidden_paths(),
-                    network="none", env=shell_env(config, handed.fileno()), rlimits={"nproc": SHELL_NPROC},
+    bytecode = rank_bytecode()
+    readable = (str(root / "packages"), str(root / "tools"), *([str(bytecode)] if bytecode else []))
+    spec = JailSpec(workdir=str(config.home), readable=readable, hidden=hidden_paths(),
+                    network="none", env=shell_env(config, handed.fileno(), bytecode), rlimits={"nproc": SHELL_NPROC},
                     devices="none" if config.device == "cpu" else "cuda")
     try:
         jail = Jail.start(spec, ["/bin/bash", "-c", config.command], pass_fds=(handed.fileno(),), stdout=out_w, stderr=out_w)

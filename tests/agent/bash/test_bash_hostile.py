@@ -243,3 +243,19 @@ call(json.dumps({"tool": "check", "file": "x", "source": "", "options": {"world"
     assert "bad request" in result.output and not result.timed_out
     assert "check abuse.py:" in result.output
     assert all(r["tool"] == "check" for r in shell.commands.requests)
+
+
+def test_the_shell_reads_torchs_shared_bytecode_and_cannot_write_it(monkeypatch, tmp_path):
+    """Where torch ships without its bytecode, the shell's Python reads the folder the local sandbox
+    compiled (sandbox.harness.bytecode), as candidate ranks do, and cannot add to it."""
+    from sandbox.harness import bytecode
+
+    monkeypatch.setenv(settings.CACHE_ROOT_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(bytecode.MODE_ENV, "always")
+    with Shell(LocalSandbox(), StandIn(), output_limit_chars=4000) as shell:
+        folder = bytecode.rank_bytecode()
+        assert folder is not None
+        result = run(shell, 'python -c "import os, sys, torch; c = torch.__spec__.cached; print(c.startswith(sys.pycache_prefix) and os.path.isfile(c))"; '
+                            'touch "$PYTHONPYCACHEPREFIX/planted" && echo PLANTED', timeout_s=120)
+        assert "True" in result.output and "PLANTED" not in result.output, result.output
+        assert not (folder / "planted").exists()

@@ -36,11 +36,16 @@ def _cases(fixtures):
 
 @pytest.fixture(scope="module")
 def warm():
+    """Ranks read torch's bytecode from the shared folder, as where torch ships without it
+    (sandbox.harness.bytecode): every fixture also runs against that folder."""
     from sandbox.backends import LocalSandbox
     from sandbox.evaluate import WarmEvaluator
+    from sandbox.harness.bytecode import MODE_ENV
 
-    with LocalSandbox() as box, WarmEvaluator(box) as evaluator:
-        yield box, evaluator
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(MODE_ENV, "always")
+        with LocalSandbox() as box, WarmEvaluator(box) as evaluator:
+            yield box, evaluator
 
 
 def _judge(warm, fixture, world):
