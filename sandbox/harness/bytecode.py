@@ -50,7 +50,15 @@ class BytecodeError(Exception):
 
 def _mode(env: Mapping[str, str]) -> str:
     mode = env.get(MODE_ENV, "auto").strip().lower() or "auto"
-    return mode if mode in MODES else "auto"
+    if mode not in MODES:
+        _unknown_mode(mode)
+        return "auto"
+    return mode
+
+
+@functools.lru_cache(maxsize=None)
+def _unknown_mode(mode: str) -> None:
+    log.warning(f"{MODE_ENV}={mode!r} is none of {', '.join(MODES)}: taken as auto")
 
 
 def _tag_suffix() -> str:

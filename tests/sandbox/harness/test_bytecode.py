@@ -64,6 +64,8 @@ def test_torch_needs_none_when_it_has_its_own_caches(tmp_path, monkeypatch):
     assert bytecode.torch_has_caches(init)
     monkeypatch.setenv(bytecode.MODE_ENV, "never")
     assert bytecode.ensure_rank_bytecode() is None and bytecode.rank_bytecode() is None
+    assert bytecode._mode({bytecode.MODE_ENV: " Always "}) == "always"
+    assert bytecode._mode({bytecode.MODE_ENV: "sometimes"}) == "auto"  # with a warning that names the choices
 
 
 def test_only_the_bytecode_of_what_a_rank_may_read_is_kept(tmp_path):
