@@ -30,7 +30,7 @@ import structlog
 from kloop_runtime import settings
 from sandbox.backends.base import MAX_OUTPUT_BYTES, CappedReader, ExecResult, Sandbox, SandboxError
 from sandbox.backends.owner import owner, owner_alive
-from sandbox.harness.bytecode import ensure_rank_bytecode
+from sandbox.harness.bytecode import ensure_rank_bytecode, rank_bytecode
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +52,8 @@ def sandbox_env(workdir: str, marker: str, extra: dict[str, str] | None = None) 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [PROJECT_ROOT, env.get("PYTHONPATH")]))
     env.update(HOME=workdir, TMPDIR=os.path.join(workdir, "tmp"), KLOOP_SANDBOX=marker, PYTHONUNBUFFERED="1")
     env.update(extra or {})
+    if (bytecode := rank_bytecode(env)) is not None:  # torch's, compiled once; the harness and its ranks write no bytecode
+        env.update(PYTHONPYCACHEPREFIX=str(bytecode), PYTHONDONTWRITEBYTECODE="1")
     return env
 
 

@@ -6,13 +6,14 @@ in its jail, so it compiled torch and sympy from source at every start: 4.8 s in
 on the two-core CI host. Group start-ups bound how many evaluations a minute a warm harness
 runs, and they only progress outside timed phases.
 
-When torch has no caches of its own (or ``KLOOP_RANK_BYTECODE=always``), the harness compiles
-them once per interpreter and torch install, into ``<cache root>/bytecode/<key>``: an isolated
+When torch has no caches of its own (or ``KLOOP_RANK_BYTECODE=always``), the local sandbox compiles
+them at its start, once per interpreter and torch install, into ``<cache root>/bytecode/<key>``: an isolated
 Python (``-I``, an empty folder for a cwd, no project module on its path) imports torch and
 what a rank imports with it, with that folder as its ``pycache_prefix``. Only files compiled
 from sources a jailed rank may read anyway are kept, then the folder is renamed into place.
-Ranks read it as their ``PYTHONPYCACHEPREFIX``, and never write it: candidates cannot (it is
-not among the paths their jail may write), the reference writes no bytecode while it reads it.
+Every process of the local sandbox reads it as its ``PYTHONPYCACHEPREFIX`` and none writes it:
+the harness and the reference's ranks (trusted) write no bytecode at all while they read it,
+candidates cannot (it is not among the paths their jail may write).
 """
 
 from __future__ import annotations

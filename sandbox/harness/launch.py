@@ -91,8 +91,6 @@ class Launched:
 
 def reference_launcher(workdir: Path, mode: str):
     env = {**os.environ, **settings.MULTICAST_OFF, "TMPDIR": str(workdir / "tmp"), "PYTHONUNBUFFERED": "1"}
-    if (bytecode := rank_bytecode()) is not None:  # read only: the project's own modules must never be written there
-        env.update(PYTHONPYCACHEPREFIX=str(bytecode), PYTHONDONTWRITEBYTECODE="1")
     if mode == "emulate":
         env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
 
