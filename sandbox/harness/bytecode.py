@@ -43,6 +43,8 @@ MODES = ("auto", "always", "never")
 RANK_IMPORTS = ("torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "torch.distributed._symmetric_memory",
                 "torch.profiler")
 WARM_TIMEOUT_S = 600.0
+# a folder no sandbox has started with for this long (another Python or torch install's) is removed: 40-50 MB each
+UNUSED_FOR_S = 14 * 24 * 3600.0
 
 
 class BytecodeError(Exception):
@@ -168,7 +170,10 @@ def ensure_rank_bytecode(env: Mapping[str, str] | None = None) -> Path | None:
     without caches, once); returns what ``rank_bytecode(env)`` then returns. A harness that finds
     another compiling it goes on without, and a failure only costs the speed-up."""
     target = _wanted(os.environ if env is None else env)
-    if target is None or target.is_dir():
+    if target is None:
+        return None
+    if target.is_dir():
+        _mark_used(target)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / ".lock", "a") as lock:
@@ -194,4 +199,31 @@ def ensure_rank_bytecode(env: Mapping[str, str] | None = None) -> Path | None:
             return None
         log.info("compiled torch's bytecode for the ranks", folder=str(target), seconds=round(time.perf_counter() - started, 2),
                  removed=len(removed))
+        remove_unused(target.parent, keep=target)
     return target
+
+
+def _mark_used(folder: Path) -> None:
+    try:
+        os.utime(folder)
+    except OSError:
+        pass  # another user's folder: it ages, and is compiled again if it is ever removed
+
+
+def remove_unused(root: Path, keep: Path, unused_for_s: float = UNUSED_FOR_S) -> list[Path]:
+    """Remove the folders under ``root`` other than ``keep`` that no sandbox started with for
+    ``unused_for_s`` (a sandbox marks its own at every start); returns them. One still in use
+    elsewhere costs that harness only the speed-up: its ranks then compile their imports."""
+    cutoff = time.time() - unused_for_s
+    removed = []
+    for folder in root.iterdir():
+        try:
+            stale = folder != keep and not folder.name.startswith(".") and folder.is_dir() and folder.stat().st_mtime < cutoff
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    if removed:
+        log.info("removed torch bytecode folders unused for a while", folders=[f.name for f in removed])
+    return removed

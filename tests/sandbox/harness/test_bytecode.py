@@ -119,12 +119,30 @@ def test_a_harness_that_finds_another_compiling_goes_on_without(always):
         assert bytecode.rank_bytecode() is None
 
 
-def test_a_compile_killed_midway_is_cleared_and_done_again(always):
+def _aged(folder: Path, days: float) -> Path:
+    (folder / "usr").mkdir(parents=True)
+    (folder / "usr" / f"mod{TAG}").write_bytes(b"")
+    when = time.time() - days * 86400
+    os.utime(folder, (when, when))
+    return folder
+
+
+def test_a_compile_killed_midway_is_cleared_and_old_installs_folders_go(always):
     stale = always / "bytecode" / ".compiling-999999"
     (stale / "usr").mkdir(parents=True)
     (stale / "usr" / f"half{TAG}").write_bytes(b"")
-    assert bytecode.ensure_rank_bytecode() is not None
+    unused = _aged(always / "bytecode" / "0123456789abcdef", days=30)  # another torch install's, unused for a month
+    recent = _aged(always / "bytecode" / "fedcba9876543210", days=2)  # another's still in use
+    folder = bytecode.ensure_rank_bytecode()
+    assert folder is not None
     assert not stale.exists()
+    assert not unused.exists()
+    assert (recent / "usr" / f"mod{TAG}").is_file()
+    # a sandbox starting with it marks it used: it never ages out while it is
+    when = time.time() - 30 * 86400
+    os.utime(folder, (when, when))
+    assert bytecode.ensure_rank_bytecode() == folder
+    assert folder.stat().st_mtime > time.time() - 60
 
 
 def _config(world: int = 2):
