@@ -59,6 +59,13 @@ class ProblemSpec(BaseModel):
     rtol: float = Field(0.0, ge=0, description="relative tolerance floor against the fp32/fp64 reference")
     upcast: bool = Field(True, description="judge against the reference run on upcast inputs")
     in_place: bool = Field(False, description="the solution may modify its inputs")
+    sum_of_products: bool = Field(False, description=(
+        "every output element is a sum over ranks of products of input elements with nonnegative weights (copies, sums, "
+        "averages, matrix products accumulated in fp32; no subtraction, division by data or other function), so the "
+        "reference run on the inputs' magnitudes bounds what rounding can do to each element: world + 1 roundings in the "
+        "problem's dtype (a partial product per rank, then the sums over ranks, in any order) stay inside twice that "
+        "(sandbox/harness/compare.py). The judge holds every element to it, which a lossy transfer (block-scaled int8, "
+        "fp8) breaks on elements much smaller than their neighbours"))
     regimes: int = Field(1, ge=1, le=16, description=(
         "input regimes make_inputs draws from (its keyword ``regime``, 0 to regimes-1): branches or value ranges the reference "
         "handles differently, such as clipping active or not. The judge cycles through them, so the correctness trials cover "

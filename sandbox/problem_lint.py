@@ -255,6 +255,8 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
                     constant.append(f"{where} is constant ({float(native.flatten()[0]):g})")
     result.add("outputs_finite", finite)
     result.add("outputs_nonconstant", constant)
+    if spec.sum_of_products:
+        result.add("sum_of_products_holds", _sums_of_products(torch, per_regime))
 
     result.add("outputs_seed_dependent", [
         f"rank {rank} output {index} is the same for seeds {seeds[0]} and {seeds[1]}"
@@ -269,7 +271,7 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
 
     rerun = []
     for rank in range(world):
-        mismatch = compare_outputs(base[rank], outputs[rank][2].native, spec.atol, spec.rtol, rank, 0)
+        mismatch = compare_outputs(base[rank], outputs[rank][2].native, spec.atol, spec.rtol, rank, 0, world)
         if mismatch is not None:
             rerun.append(f"rank {rank}: a second run of the reference with the same seed fails: {mismatch.detail}")
     result.add("rerun_passes", rerun)
@@ -282,7 +284,7 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
                 if native.numel() == 0:
                     continue
                 moved = _moved_element(torch, native)
-                if compare_outputs(out, _replace(out.native, index, moved), spec.atol, spec.rtol, rank, 0) is None:
+                if compare_outputs(out, _replace(out.native, index, moved), spec.atol, spec.rtol, rank, 0, world) is None:
                     missed_element.append(f"rank {rank} output {index}{in_regime}: one element moved by {ELEMENT_ERROR:.0%} of the "
                                           f"max-abs passes (atol {spec.atol:g}, rtol {spec.rtol:g}, native error "
                                           f"{out.native_max_abs_err[index]:.3g})")
@@ -290,11 +292,34 @@ def _check_reference(problem: Problem, world: int, size: str, seeds: tuple[int, 
                     # a dtype too coarse to hold a 2% error (float8) gets the smallest one it can hold
                     factor = max(SCALE_ERROR, 1 + torch.finfo(native.dtype).eps)
                     scaled = (native.to(torch.float64) * factor).to(native.dtype)
-                    if compare_outputs(out, _replace(out.native, index, scaled), spec.atol, spec.rtol, rank, 0) is None:
+                    if compare_outputs(out, _replace(out.native, index, scaled), spec.atol, spec.rtol, rank, 0, world) is None:
                         missed_scale.append(f"rank {rank} output {index}{in_regime}: the output scaled by {factor:g} passes (atol "
                                             f"{spec.atol:g}, rtol {spec.rtol:g}, native RMS error {out.native_rms_err[index]:.3g})")
     result.add("detects_element_error", missed_element)
     result.add("detects_scale_error", missed_scale)
+
+
+def _sums_of_products(torch, per_regime: dict) -> list[str]:
+    """Where a problem declares ``sum_of_products``: outputs no larger than the reference on the
+    inputs' magnitudes (true of every sum of products with nonnegative weights, which the judge's
+    rounding bound assumes; a subtraction or a division by data breaks it)."""
+    broken = []
+    for regime, trial in per_regime.items():
+        for rank, out in enumerate(trial):
+            if len(out.magnitudes) != out.outputs:
+                broken.append(f"rank {rank}: the reference gave no magnitudes for its outputs")
+                continue
+            for index, (expected, terms) in enumerate(zip(out.expected, out.magnitudes)):
+                if not expected.is_floating_point():
+                    broken.append(f"rank {rank} output {index} is not floating-point")
+                    continue
+                over = expected.to(torch.float64).abs() - terms.to(torch.float64) * (1 + 1e-6)
+                if bool((over > 1e-30).any()):
+                    where = f" in regime {regime}" if regime else ""
+                    broken.append(f"rank {rank} output {index}{where}: an element is larger ({float(over.max()):.3g} more) than "
+                                  "the reference on the inputs' magnitudes, so its outputs are not sums of products with "
+                                  "nonnegative weights (sum_of_products)")
+    return broken
 
 
 def _widened(torch, tensor):

@@ -68,6 +68,7 @@ class Expected:
     native_overflowed: list[int] = field(default_factory=list)  # per output: elements only one run made non-finite
     nearly_constant_inputs: bool = False
     originals: list = field(default_factory=list)  # the call's inputs as the reference made them, before any call
+    magnitudes: list = field(default_factory=list)  # per output, the reference on the inputs' magnitudes (sum_of_products)
     native: list | None = None
 
     @classmethod
@@ -76,16 +77,17 @@ class Expected:
         a long-lived harness that kept the file would hold every call's outputs for good): the
         tensors are copies, on ``device``, where it is compared, else the CPU."""
         _, tensors = wire.read_blob(fds, MAX_EXPECTED_BYTES, device, pooled=True)  # the reference writes a memfd again later
-        count, inputs = len(summary["shapes"]), int(summary["inputs"])
-        if not 0 <= inputs <= len(tensors) - count:
+        count, inputs, magnitudes = len(summary["shapes"]), int(summary["inputs"]), int(summary.get("magnitudes", 0))
+        if not (0 <= inputs and 0 <= magnitudes <= summary["outputs"] and inputs + magnitudes <= len(tensors) - count):
             raise wire.WireError("an expectation without the call's inputs")
+        after = count + inputs + magnitudes
         return cls(expected=tensors[:count], outputs=summary["outputs"], mutated=list(summary["mutated"]),
                    shapes=[tuple(s) for s in summary["shapes"]], dtypes=list(summary["dtypes"]),
                    native_max_abs_err=[float(v) for v in summary["native_max_abs_err"]],
                    native_rms_err=[float(v) for v in summary["native_rms_err"]],
                    native_overflowed=[int(v) for v in summary.get("native_overflowed", [])],
                    nearly_constant_inputs=bool(summary.get("nearly_constant_inputs")),
-                   originals=tensors[count:count + inputs], native=tensors[count + inputs:] or None)
+                   originals=tensors[count:count + inputs], magnitudes=tensors[count + inputs:after], native=tensors[after:] or None)
 
 
 @dataclass

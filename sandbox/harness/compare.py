@@ -8,6 +8,15 @@ accurate (fp8 transfers, a dropped rank, one bad block) fails. Integer outputs m
 exactly. Shape and dtype must be the native reference's. NaN passes only where the reference
 has NaN. Float8 outputs (fp8 payloads of low-precision problems) are compared by value, in fp32:
 torch implements little arithmetic on float8 tensors.
+
+Where every output element is a sum of products of inputs (``ProblemSpec.sum_of_products``), each
+element is also held to what rounding can do to it: ``atol`` plus ``SLACK`` times (world + 1)
+units of roundoff of the output's dtype (or ``rtol``, where coarser) times the sum of its terms'
+magnitudes (the reference run on the inputs' magnitudes). That is the textbook componentwise bound of a sum of W terms rounded
+after every addition, with room for a rounded partial product per rank: no honest order of the
+sums in the dtype or finer strays further. The bounds above are set by the largest errors of
+the whole output, so a lossy transfer (block-scaled int8: each value rounded to a step set by
+the largest in its block) passed them while it lost the small values beside large ones.
 """
 
 from __future__ import annotations
@@ -21,26 +30,39 @@ SLACK = 2.0
 CHUNK_ELEMENTS = 1 << 22  # elements compared at a time: a few pieces (each op is a parallel region), temporaries bounded
 
 
-def compare_outputs(reference: ReferenceOutput, got: list, atol: float, rtol: float, rank: int, trial: int) -> Mismatch | None:
+def compare_outputs(reference: ReferenceOutput, got: list, atol: float, rtol: float, rank: int, trial: int,
+                    world: int = 1) -> Mismatch | None:
     if len(got) != len(reference.expected):
         return Mismatch(rank=rank, trial=trial, kind="type",
                         detail=f"returned {len(got)} tensors, the reference returns {len(reference.expected)}")
     for index, (expected, output) in enumerate(zip(reference.expected, got)):
         overflowed = reference.native_overflowed[index] if index < len(reference.native_overflowed) else 0
+        terms = reference.magnitudes[index] if index < len(reference.magnitudes) else None
         mismatch = compare_tensor(
             expected, reference.shapes[index], reference.dtypes[index], reference.native_max_abs_err[index],
             reference.native_rms_err[index], output, atol, rtol, overflowed,
+            None if terms is None else (terms, world),
         )
         if mismatch is not None:
             return mismatch.model_copy(update={"rank": rank, "trial": trial, "output_index": index})
     return None
 
 
+def rounding_share(dtype: str, rtol: float, world: int) -> float:
+    """Per unit of an element's terms' magnitudes, what rounding may move it (module docstring): a
+    unit of roundoff is the dtype's, or ``rtol`` where that is coarser (a float32 run of a problem
+    whose tolerance is set for bf16 may use TF32 arithmetic, as the value bound allows)."""
+    import torch
+
+    return SLACK * (world + 1) * max(torch.finfo(getattr(torch, dtype)).eps / 2, rtol)
+
+
 def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: float, got, atol: float, rtol: float,
-                   overflowed: int = 0) -> Mismatch | None:
+                   overflowed: int = 0, terms: tuple | None = None) -> Mismatch | None:
     """``got`` against ``expected`` within the bound the native run's error sets; up to
     ``overflowed`` elements (as many as the native run itself made non-finite where the upcast one
-    did not, or the other way round) may be non-finite on one side only."""
+    did not, or the other way round) may be non-finite on one side only. ``terms``, where given, is
+    (each element's terms' magnitudes, the world size): each element is held to what rounding allows too."""
     import torch
 
     if not isinstance(got, torch.Tensor):
@@ -63,7 +85,8 @@ def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: f
             worst_index=_unravel(flat, got.shape), worst_expected=float(expected.flatten()[flat]), worst_got=float(got.flatten()[flat]),
         )
     work = torch.float64 if expected.dtype == torch.float64 else torch.float32
-    if _within_bounds(expected, got, work, atol, rtol, native_max, native_rms):
+    magnitudes, share = (terms[0].to(got.device), rounding_share(dtype, rtol, terms[1])) if terms is not None else (None, 0.0)
+    if _within_bounds(expected, got, work, atol, rtol, native_max, native_rms, magnitudes, share):
         return None
     hi, lo = expected.to(work), got.to(work)
     nan_expected, nan_got = hi.isnan(), lo.isnan()
@@ -83,7 +106,8 @@ def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: f
     diff = torch.where(same_inf | nan_expected | excused, torch.zeros_like(hi), (lo - hi).abs()).nan_to_num(nan=float("inf"),
                                                                                                           posinf=float("inf"))
     magnitude = torch.where(hi.isfinite(), hi.abs(), torch.zeros_like(hi))
-    bound = atol + rtol * magnitude + SLACK * native_max
+    value_bound = atol + rtol * magnitude + SLACK * native_max
+    bound = value_bound if magnitudes is None else torch.minimum(value_bound, atol + share * magnitudes.to(work))
     excess = diff - bound
     bad = excess > 0
     count = int(bad.sum())
@@ -94,8 +118,14 @@ def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: f
     worst = int(excess.flatten().argmax())
     max_abs = float(diff.max())
     rel = diff / magnitude.clamp_min(1e-12)
-    detail = (f"{count} of {numel} elements outside the bound" if count
-              else f"RMS error {rms_err:.3g} above the bound {rms_bound:.3g} (systematically less accurate than the reference)")
+    if count and not bool((bad & (diff > value_bound)).any()):
+        detail = (f"{count} of {numel} elements are further from the exact result than rounding in {dtype} can take them, "
+                  "for the sizes of the terms summed into them (the reference on the inputs' magnitudes): a lossy step, such "
+                  "as a transfer in int8 or fp8, loses values much smaller than their neighbours")
+    elif count:
+        detail = f"{count} of {numel} elements outside the bound"
+    else:
+        detail = f"RMS error {rms_err:.3g} above the bound {rms_bound:.3g} (systematically less accurate than the reference)"
     return Mismatch(
         rank=-1, trial=-1, kind="values", detail=detail, numel=numel, mismatched=count, max_abs_err=max_abs,
         max_rel_err=float(rel.max()), rms_err=rms_err, rms_bound=rms_bound, worst_index=_unravel(worst, got.shape),
@@ -104,14 +134,15 @@ def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: f
     )
 
 
-def _chunks(expected, got, work):
-    """Both tensors flat, in pieces small enough to stay in cache, in the working precision."""
-    flat_expected, flat_got = expected.reshape(-1), got.reshape(-1)
-    for start in range(0, flat_got.numel(), CHUNK_ELEMENTS):
-        yield flat_expected[start:start + CHUNK_ELEMENTS].to(work), flat_got[start:start + CHUNK_ELEMENTS].to(work)
+def _chunks(expected, got, work, *others):
+    """The tensors flat, in pieces small enough to stay in cache, in the working precision (None stays None)."""
+    flat = [t.reshape(-1) if t is not None else None for t in (expected, got, *others)]
+    for start in range(0, flat[1].numel(), CHUNK_ELEMENTS):
+        yield tuple(t[start:start + CHUNK_ELEMENTS].to(work) if t is not None else None for t in flat)
 
 
-def _within_bounds(expected, got, work, atol: float, rtol: float, native_max: float, native_rms: float) -> bool:
+def _within_bounds(expected, got, work, atol: float, rtol: float, native_max: float, native_rms: float, magnitudes=None,
+                   share: float = 0.0) -> bool:
     """The common case, cheaply: every element finite and inside its bound, and the RMS error
     inside its own; the same arithmetic as the full check below, which decides (and describes)
     everything else: a non-finite element, a mismatch. (The full check makes two dozen passes over
@@ -120,10 +151,12 @@ def _within_bounds(expected, got, work, atol: float, rtol: float, native_max: fl
     import torch
 
     diff_squares, magnitude_squares = 0.0, 0.0
-    for hi, lo in _chunks(expected, got, work):
+    for hi, lo, terms in _chunks(expected, got, work, magnitudes):
         diff = lo.sub(hi).abs_()
         magnitude = hi.abs()
         if bool((diff > (atol + rtol * magnitude).add_(SLACK * native_max)).any()):
+            return False
+        if terms is not None and bool((diff > terms * share + atol).any()):
             return False
         diff_squares += float(torch.dot(diff, diff))
         magnitude_squares += float(torch.dot(magnitude, magnitude))

@@ -36,7 +36,7 @@ def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[lis
                 raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the ones it committed "
                               "to when the call ended (outputs computed or changed after the timer stopped)")
             expected = call.expected[rank]
-            mismatch = _check_call(expected, shown, spec, device, rank, call.label)
+            mismatch = _check_call(expected, shown, spec, device, rank, call.label, world)
             if mismatch is None and position == len(calls) - 1:
                 last_errors.append(error_summary(_on(expected, device), [x.to(device) for x in _judged(expected, shown)]))
             if mismatch is not None and first is None:
@@ -70,7 +70,8 @@ def _judged(expected: Expected, shown: Revealed) -> list:
     return [*shown.outputs, *(shown.inputs[i] for i in expected.mutated if i < len(shown.inputs))]
 
 
-def _check_call(expected: Expected, shown: Revealed, spec: ProblemSpec, device: Any, rank: int, label: int) -> Mismatch | None:
+def _check_call(expected: Expected, shown: Revealed, spec: ProblemSpec, device: Any, rank: int, label: int,
+                world: int) -> Mismatch | None:
     if len(shown.outputs) != expected.outputs:
         return Mismatch(rank=rank, trial=label, kind="type",
                         detail=f"returned {len(shown.outputs)} tensors, the reference returns {expected.outputs}")
@@ -82,7 +83,8 @@ def _check_call(expected: Expected, shown: Revealed, spec: ProblemSpec, device: 
             if index not in expected.mutated and not same_bytes(before, after):
                 return Mismatch(rank=rank, trial=label, kind="input_modified",
                                 detail=f"input tensor {index} was modified; solutions must not write their inputs")
-    return compare_outputs(_on(expected, device), [x.to(device) for x in _judged(expected, shown)], spec.atol, spec.rtol, rank, label)
+    return compare_outputs(_on(expected, device), [x.to(device) for x in _judged(expected, shown)], spec.atol, spec.rtol, rank, label,
+                           world)
 
 
 def _on(expected: Expected, device: Any) -> Expected:

@@ -135,6 +135,7 @@ class ReferenceServer(RankServer):
             self.device.synchronize()
         else:
             hi_leaves, expected = native_leaves, native
+        magnitudes = self._magnitudes(tree, leaves, rng) if self.problem.spec.sum_of_products else []
         # what a solution must produce: the outputs, then every input the reference updates in place
         native_all = [*native, *(native_leaves[i] for i in mutated)]
         expected_all = [*expected, *(hi_leaves[i] for i in mutated)]
@@ -158,11 +159,24 @@ class ReferenceServer(RankServer):
         summary = {"outputs": len(native), "mutated": mutated, "shapes": [list(t.shape) for t in native_all],
                    "dtypes": [str(t.dtype).removeprefix("torch.") for t in native_all],
                    "native_max_abs_err": _finite(max_errs), "native_rms_err": _finite(rms_errs), "native_overflowed": overflowed,
-                   "nearly_constant_inputs": nearly_constant(tuple(leaves)), "inputs": len(leaves)}
-        tensors = kept + [t.detach() for t in leaves] + ([t.detach() for t in native_all] if include_native else [])
+                   "nearly_constant_inputs": nearly_constant(tuple(leaves)), "inputs": len(leaves), "magnitudes": len(magnitudes)}
+        tensors = kept + [t.detach() for t in leaves] + magnitudes + ([t.detach() for t in native_all] if include_native else [])
         if self.on_device and self.device.device.index == 0:  # where the parent compares: device memory it maps
             return list(wire.write_device_blob(len(kept), tensors, 0)), summary
         return [self.expected_blobs.write(len(kept), tensors, name="expected")], summary
+
+    def _magnitudes(self, tree: Any, leaves: list, rng: int) -> list:
+        """The reference's outputs on its inputs' magnitudes, in the upcast dtype (ProblemSpec.sum_of_products):
+        each element's sum of the magnitudes of its terms. An element no finite bound is had for is infinite."""
+        torch = self.torch
+        dtype = self.hi_dtype if self.problem.spec.upcast else None
+        absolute = [t.detach().abs().to(dtype or t.dtype).requires_grad_(t.requires_grad) if t.is_floating_point()
+                    else t.detach().clone() for t in leaves]
+        self._prepare(rng)
+        outputs = flatten_outputs(torch, self.fn(*wire.decode_tree(tree, absolute)))
+        self.device.synchronize()
+        return [o.detach().to(dtype or o.dtype).nan_to_num(nan=float("inf")) if o.is_floating_point() else o.detach()
+                for o in outputs]
 
 
 class NativeError(NamedTuple):

@@ -89,6 +89,9 @@ PLANTED = {
         "return randn(numel, own, device, dtype), randn(numel, own, device, dtype, scale=1e7**regime)"),
         "reference": GOOD_REFERENCE.replace("out = x * y", "out = (x + y) - y")},  # cancels: fp32 keeps ~1 of x at |y| ~ 1e7
         {"detects_element_error", "detects_scale_error"}),
+    # a sum-of-products declaration the reference breaks (a difference): the judge's rounding bound would not hold
+    "sum_of_products_false": ({"problem": GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, sum_of_products=True,"),
+                               "reference": GOOD_REFERENCE.replace("out = x * y", "out = x - y")}, {"sum_of_products_holds"}),
 }
 
 
@@ -125,6 +128,12 @@ def test_a_problem_with_two_regimes_passes(tmp_path: Path) -> None:
         "return randn(numel, own, device, dtype, scale=1 + 99 * regime), randn(numel, own, device, dtype)")
     result = lint_problem(_write_problem(tmp_path, "planted_regimes", problem=two), 2)
     assert result.ok and "inputs_regimes" in {c.name for c in result.checks}, _explain(result)
+
+
+def test_a_sum_of_products_problem_passes(tmp_path: Path) -> None:
+    declared = GOOD_PROBLEM.replace("rtol=2**-8,", "rtol=2**-8, sum_of_products=True,")
+    result = lint_problem(_write_problem(tmp_path, "planted_products", problem=declared), 2)
+    assert result.ok and "sum_of_products_holds" in {c.name for c in result.checks}, _explain(result)
 
 
 def test_lint_catches_misplaced_problem(tmp_path: Path) -> None:

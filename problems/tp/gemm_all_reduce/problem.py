@@ -7,9 +7,13 @@ columns ``X[:, K/W shard]`` and the matching rows of the weight ``W[K/W shard, :
 output ``X @ W`` is the sum over ranks of the local products, so every rank returns the
 all-reduced [M, N] result. The GEMM and the all-reduce can overlap (tile by tile, as in
 TensorRT-LLM's and Flux's fused GEMM + all-reduce), which hides most of the communication.
+
+Inputs come in two regimes: plain normal values, and the same with three quarters of them (rows of x_r, columns of w_r) 256 times
+smaller (values of very different sizes side by side, as gradients and activations hold): a transfer that
+rounds each value to a step set by its block's largest loses the small ones.
 """
 
-from problems.authoring import randn, rank_generator
+from problems.authoring import mixed_magnitudes, randn, rank_generator
 
 from problems.contract import Cost, ProblemSpec
 
@@ -21,16 +25,23 @@ SPEC = ProblemSpec(
     dtype="bfloat16",
     atol=1e-3,
     rtol=2**-8,
+    sum_of_products=True,
+    regimes=2,
     shapes={"default": {"m": 4096, "k": 28672, "n": 8192}, "small": {"m": 32, "k": 128, "n": 64}},
     description="Rank r holds x_r = X[:, r*K/W:(r+1)*K/W] ([m, k/world]) and w_r = W[r*K/W:(r+1)*K/W, :] ([k/world, n]); "
                 "every rank returns X @ W = sum over ranks of x_r @ w_r, shape [m, n].",
 )
 
 
-def make_inputs(rank, world, generator, device, dtype, *, m, k, n):
+PLAIN, MIXED = 0, 1  # regimes
+
+
+def make_inputs(rank, world, generator, device, dtype, *, m, k, n, regime=PLAIN):
     own = rank_generator(generator, rank)
     x = randn((m, k // world), own, device, dtype)
     w = randn((k // world, n), own, device, dtype, scale=k**-0.5)
+    if regime == MIXED:
+        x, w = mixed_magnitudes(x, own, dim=0), mixed_magnitudes(w, own, dim=1)
     return x, w
 
 

@@ -3,6 +3,9 @@
 import os
 import torch
 
+import pytest
+
+from problems.authoring import mixed_magnitudes
 from sandbox.harness.compare import compare_tensor
 
 
@@ -117,3 +120,54 @@ def test_the_quick_pass_agrees_with_the_full_check(monkeypatch):
     for name, (got, want) in cases.items():
         full = check(got, want, native_max, native_rms)
         assert (full is None) == (quick[name] is None) and (full is None or full.kind == quick[name].kind), name
+
+
+# ---------------------------------------------------------------- each element's rounding bound (sum_of_products)
+def _int8_blocks(x, block=32):
+    """What a block-scaled int8 transfer delivers: each value rounded to a step of its block's largest / 127."""
+    blocks = x.float().reshape(-1, block)
+    scale = blocks.abs().amax(dim=1, keepdim=True).clamp_min(1e-30) / 127.0
+    return (torch.round(blocks / scale) * scale).reshape(-1)
+
+
+def _sums(world, mixed, seed=0, n=8192):
+    """Per-rank bf16 inputs (all_reduce's draw, its mixed regime where asked), the exact sum, the
+    sum of magnitudes, and the native reference's errors (a bf16 ring)."""
+    g = torch.Generator().manual_seed(seed)
+    parts = []
+    for _ in range(world):
+        x = (torch.randn(n, generator=g) * 4).bfloat16()
+        parts.append(mixed_magnitudes(x, g) if mixed else x)
+    exact = torch.stack([p.double() for p in parts]).sum(0)
+    terms = torch.stack([p.double().abs() for p in parts]).sum(0)
+    native = parts[0].clone()
+    for p in parts[1:]:
+        native = native + p
+    err = (native.double() - exact).abs()
+    return parts, exact.float(), terms.float(), float(err.max()), float(err.square().mean().sqrt())
+
+
+def _judged(got, exact, terms, native_max, native_rms, world):
+    return compare_tensor(exact, tuple(exact.shape), "bfloat16", native_max, native_rms, got, 1e-3, 2**-8, terms=(terms, world))
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_every_honest_order_of_bf16_sums_is_inside_the_rounding_bound(world, mixed):
+    parts, exact, terms, native_max, native_rms = _sums(world, mixed)
+    for start in range(world):  # a ring from each rank, rounding after every addition
+        total = parts[start].clone()
+        for step in range(1, world):
+            total = total + parts[(start + step) % world]
+        assert _judged(total, exact, terms, native_max, native_rms, world) is None
+    assert _judged(exact.bfloat16(), exact, terms, native_max, native_rms, world) is None  # fp32 sums, one rounding
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_block_scaled_int8_transfers_break_the_rounding_bound_and_only_it(world):
+    parts, exact, terms, native_max, native_rms = _sums(world, mixed=True)
+    lossy = (parts[0].float() + sum(_int8_blocks(p) for p in parts[1:])).bfloat16()
+    assert compare_tensor(exact, tuple(exact.shape), "bfloat16", native_max, native_rms, lossy, 1e-3, 2**-8) is None  # the old hole
+    mismatch = _judged(lossy, exact, terms, native_max, native_rms, world)
+    assert mismatch is not None and mismatch.mismatched > 10
+    assert "rounding in bfloat16" in mismatch.detail and "int8" in mismatch.detail
