@@ -18,8 +18,10 @@ parent's clock shows (its median wall time per call less the reference's overhea
 uncertainty): a claim too small to be caught by the check above still cannot make a call look
 faster than the clock allows. A timing that passes the check only thanks to the allowance for
 process groups that differ (beyond what its noise explains) is read on the clock's estimate
-itself, and staging time beyond the noise is added to it. The speedup is the ratio of the two
-groups' medians, with a bootstrap interval over the interleaved rounds.
+itself, and staging time beyond the noise is added to it; on the host CPU, where the noise could
+hide more staging than a call claims, so is the staging beyond the reference's within the noise
+(STAGING_CHARGED_WITHIN_NOISE). The speedup is the ratio of the two groups' medians, with a
+bootstrap interval over the interleaved rounds.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ SYSTEMATIC_SHARE = {"cuda": 0.12, "cpu": 1.0}
 # staging time in the two timings of one evaluation, which its calibration did not show: rejected as precomputing, on
 # 2026-12-02 (tests/sandbox/harness/test_hostile_timing.py). What this lets through is charged (check_clock)
 STAGING_SHARE = {"cuda": 0.3, "cpu": 1.0}
+# Where the staging check's noise allowance could hide more work than a call claims, the staging beyond the reference's is
+# charged to the call at its point estimate. On a loaded two-core host (CI) the reference's staging varied 0.3-1.1 ms a
+# call over an evaluation's 4 rounds, the allowance for noise reached 1.7 ms a call, and tests/fixtures/hostile/
+# precompute_at_stage.py (1.7 ms a call moved into staging, claims of 0.003 ms) read 508x and 1154x, correct (1 in 40
+# evaluations beside one busy process). On the host CPU only: an honest candidate pays the positive half of the noise, and
+# on a GPU, where calls of 0.3-0.5 ms sit beside staging noise of that size, what that costs has not been measured
+STAGING_CHARGED_WITHIN_NOISE = {"cpu"}
 OVERCLAIM_SLACK_MS = 0.5  # a rank may claim at most the parent's wall time plus this
 ROOFLINE_MARGIN = 1.5  # a call faster than roofline / this is impossible on this hardware...
 # ...or than roofline / this where the bound is HBM traffic at the datasheet's rate: a rate no kernel exceeds (the margin is
@@ -180,6 +189,8 @@ def check_clock(candidate: Series, reference: Series, device: str, candidate_cal
     # allowance read 2.8x on the claims and their clock floor)
     if shift > explained or stage_shift > stage_explained:
         clock_floor = estimate + (stage_shift if stage_shift > stage_explained else 0.0)
+    elif device in STAGING_CHARGED_WITHIN_NOISE and stage_explained > claimed:
+        clock_floor = estimate + max(stage_shift, 0.0) - CONFIDENCE * error - floor
     else:
         clock_floor = estimate - CONFIDENCE * error - floor
     check = ClockCheck(candidate_unclaimed_ms=round(statistics.median(cand_unclaimed), 4),

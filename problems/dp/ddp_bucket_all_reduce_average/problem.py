@@ -12,11 +12,15 @@ with small vectors. Every rank returns each gradient averaged over all ranks. Bu
 changes how the work is cut, not the result: a fast version moves the bytes of all gradients as
 one bandwidth-optimal all-reduce without the pack and unpack copies, and needs no per-bucket
 launches.
+
+Inputs come in two regimes: plain normal values, and the same with three quarters of them 256 times
+smaller (values of very different sizes side by side, as gradients hold): a transfer that rounds
+each value to a step set by its block's largest (compressed gradients) loses the small ones.
 """
 
 import math
 
-from problems.authoring import randn, rank_generator
+from problems.authoring import mixed_magnitudes, randn, rank_generator
 
 from problems.contract import Cost, ProblemSpec
 
@@ -28,6 +32,8 @@ SPEC = ProblemSpec(
     dtype="bfloat16",
     atol=1e-3,
     rtol=2**-8,
+    sum_of_products=True,
+    regimes=2,
     shapes={"default": {"hidden": 2048, "bucket_cap_mb": 25}, "small": {"hidden": 16, "bucket_cap_mb": 0.003}},
     description="Every rank holds bucket_cap_bytes (0-d int64, the same on every rank) and the 12 gradients of one "
                 "transformer block of width hidden, in parameter order: ln1 weight and bias [hidden], qkv weight "
@@ -43,11 +49,16 @@ def _grad_shapes(hidden):
     return [(h,), (h,), (3 * h, h), (3 * h,), (h, h), (h,), (h,), (h,), (4 * h, h), (4 * h,), (h, 4 * h), (h,)]
 
 
-def make_inputs(rank, world, generator, device, dtype, *, hidden, bucket_cap_mb):
+PLAIN, MIXED = 0, 1  # regimes
+
+
+def make_inputs(rank, world, generator, device, dtype, *, hidden, bucket_cap_mb, regime=PLAIN):
     import torch
 
     own = rank_generator(generator, rank)
     grads = tuple(randn(shape, own, device, dtype, scale=2.0) for shape in _grad_shapes(hidden))
+    if regime == MIXED:
+        grads = tuple(mixed_magnitudes(grad, own) for grad in grads)
     return (torch.tensor(int(bucket_cap_mb * 2**20), dtype=torch.int64, device=device), *grads)
 
 
