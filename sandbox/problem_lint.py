@@ -341,11 +341,11 @@ def _replace(outputs: list, index: int, tensor) -> list:
 def _honest_rounding(out, index: int, spec, world: int):
     """Per element, how far honest rounding may move output ``index`` (sandbox/harness/compare.py),
     where the problem is a sum of products; else None."""
-    from sandbox.harness.compare import rounding_share
+    from sandbox.harness.compare import honest_rounding
 
     if index >= len(out.magnitudes) or not out.native[index].is_floating_point():
         return None
-    return out.magnitudes[index].flatten() * rounding_share(out.dtypes[index], spec.rtol, world) + spec.atol
+    return honest_rounding(out.magnitudes[index].flatten(), out.dtypes[index], spec.rtol, world, spec.atol)
 
 
 def _moved_element(torch, tensor, rounding=None):

@@ -52,24 +52,23 @@ def compare_outputs(reference: ReferenceOutput, got: list, atol: float, rtol: fl
     return None
 
 
-def rounding_share(dtype: str, rtol: float, world: int) -> float:
-    """Per unit of an element's terms' magnitudes, how far honest rounding may move it (module
+def honest_rounding(magnitudes, dtype: str, rtol: float, world: int, atol: float):
+    """Per element, the most honest rounding may move it, from its terms' magnitudes (module
     docstring): a unit of roundoff is the dtype's, or ``rtol`` where that is coarser (a float32 run
     of a problem whose tolerance is set for bf16 may use TF32 arithmetic, as the value bound allows)."""
     import torch
 
-    return (world + 1) * max(torch.finfo(getattr(torch, dtype)).eps / 2, rtol)
+    return magnitudes * ((world + 1) * max(torch.finfo(getattr(torch, dtype)).eps / 2, rtol)) + atol
 
 
-def _element_bound(value_bound, magnitudes, share: float, atol: float):
-    """Each element's allowed error (module docstring): the value bound, or honest rounding's where
-    that is larger; never beyond ``SLACK`` times honest rounding's."""
+def _element_bound(value_bound, rounding, atol: float):
+    """Each element's allowed error (module docstring): the value bound, or honest ``rounding``'s
+    where that is larger; never beyond ``SLACK`` times honest rounding's."""
     import torch
 
-    if magnitudes is None:
+    if rounding is None:
         return value_bound
-    rounding = magnitudes * share + atol
-    return torch.minimum(torch.maximum(value_bound, rounding), rounding.mul_(SLACK).sub_((SLACK - 1) * atol))
+    return torch.minimum(torch.maximum(value_bound, rounding), rounding * SLACK - (SLACK - 1) * atol)
 
 
 def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: float, got, atol: float, rtol: float,
@@ -100,8 +99,8 @@ def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: f
             worst_index=_unravel(flat, got.shape), worst_expected=float(expected.flatten()[flat]), worst_got=float(got.flatten()[flat]),
         )
     work = torch.float64 if expected.dtype == torch.float64 else torch.float32
-    magnitudes, share = (terms[0].to(got.device), rounding_share(dtype, rtol, terms[1])) if terms is not None else (None, 0.0)
-    if _within_bounds(expected, got, work, atol, rtol, native_max, native_rms, magnitudes, share):
+    rounding = honest_rounding(terms[0].to(got.device, work), dtype, rtol, terms[1], atol) if terms is not None else None
+    if _within_bounds(expected, got, work, atol, rtol, native_max, native_rms, rounding):
         return None
     hi, lo = expected.to(work), got.to(work)
     nan_expected, nan_got = hi.isnan(), lo.isnan()
@@ -122,7 +121,7 @@ def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: f
                                                                                                           posinf=float("inf"))
     magnitude = torch.where(hi.isfinite(), hi.abs(), torch.zeros_like(hi))
     value_bound = atol + rtol * magnitude + SLACK * native_max
-    bound = _element_bound(value_bound, None if magnitudes is None else magnitudes.to(work), share, atol)
+    bound = _element_bound(value_bound, rounding, atol)
     excess = diff - bound
     bad = excess > 0
     count = int(bad.sum())
@@ -133,7 +132,7 @@ def compare_tensor(expected, shape, dtype: str, native_max: float, native_rms: f
     worst = int(excess.flatten().argmax())
     max_abs = float(diff.max())
     rel = diff / magnitude.clamp_min(1e-12)
-    if count and magnitudes is not None and not bool((bad & (diff > value_bound)).any()):
+    if count and rounding is not None and not bool((bad & (diff > value_bound)).any()):
         detail = (f"{count} of {numel} elements are further from the exact result than rounding in {dtype} can take them, "
                   "for the sizes of the terms summed into them (the reference on the inputs' magnitudes): a lossy step, such "
                   "as a transfer in int8 or fp8, loses values much smaller than their neighbours")
@@ -156,8 +155,8 @@ def _chunks(expected, got, work, *others):
         yield tuple(t[start:start + CHUNK_ELEMENTS].to(work) if t is not None else None for t in flat)
 
 
-def _within_bounds(expected, got, work, atol: float, rtol: float, native_max: float, native_rms: float, magnitudes=None,
-                   share: float = 0.0) -> bool:
+def _within_bounds(expected, got, work, atol: float, rtol: float, native_max: float, native_rms: float,
+                   rounding=None) -> bool:
     """The common case, cheaply: every element finite and inside its bound, and the RMS error
     inside its own; the same arithmetic as the full check below, which decides (and describes)
     everything else: a non-finite element, a mismatch. (The full check makes two dozen passes over
@@ -166,10 +165,10 @@ def _within_bounds(expected, got, work, atol: float, rtol: float, native_max: fl
     import torch
 
     diff_squares, magnitude_squares = 0.0, 0.0
-    for hi, lo, terms in _chunks(expected, got, work, magnitudes):
+    for hi, lo, honest in _chunks(expected, got, work, rounding):
         diff = lo.sub(hi).abs_()
         magnitude = hi.abs()
-        if bool((diff > _element_bound((atol + rtol * magnitude).add_(SLACK * native_max), terms, share, atol)).any()):
+        if bool((diff > _element_bound((atol + rtol * magnitude).add_(SLACK * native_max), honest, atol)).any()):
             return False
         diff_squares += float(torch.dot(diff, diff))
         magnitude_squares += float(torch.dot(magnitude, magnitude))

@@ -127,8 +127,7 @@ class ReferenceServer(RankServer):
         self.device.synchronize()
         mutated = [i for i, (before, after) in enumerate(zip(leaves, native_leaves)) if not _same(torch, before, after)]
         if self.problem.spec.upcast:
-            hi_leaves = [t.detach().to(self.hi_dtype).requires_grad_(t.requires_grad) if t.is_floating_point()
-                         else t.detach().clone() for t in leaves]
+            hi_leaves = self._copies(leaves, self.hi_dtype)
             hi_inputs = wire.decode_tree(tree, hi_leaves)
             self._prepare(rng)
             expected = flatten_outputs(torch, self.fn(*hi_inputs))
@@ -168,15 +167,19 @@ class ReferenceServer(RankServer):
     def _magnitudes(self, tree: Any, leaves: list, rng: int) -> list:
         """The reference's outputs on its inputs' magnitudes, in the upcast dtype (ProblemSpec.sum_of_products):
         each element's sum of the magnitudes of its terms. An element no finite bound is had for is infinite."""
-        torch = self.torch
         dtype = self.hi_dtype if self.problem.spec.upcast else None
-        absolute = [t.detach().abs().to(dtype or t.dtype).requires_grad_(t.requires_grad) if t.is_floating_point()
-                    else t.detach().clone() for t in leaves]
         self._prepare(rng)
-        outputs = flatten_outputs(torch, self.fn(*wire.decode_tree(tree, absolute)))
+        outputs = flatten_outputs(self.torch, self.fn(*wire.decode_tree(tree, self._copies(leaves, dtype, absolute=True))))
         self.device.synchronize()
         return [o.detach().to(dtype or o.dtype).nan_to_num(nan=float("inf")) if o.is_floating_point() else o.detach()
                 for o in outputs]
+
+    @staticmethod
+    def _copies(leaves: list, dtype: Any, absolute: bool = False) -> list:
+        """Fresh copies of the call's input leaves, the floating ones in ``dtype`` (None: their own) and
+        as magnitudes where ``absolute``; each keeps whether it requires grad."""
+        return [(t.detach().abs() if absolute else t.detach()).to(dtype or t.dtype, copy=True).requires_grad_(t.requires_grad)
+                if t.is_floating_point() else t.detach().clone() for t in leaves]
 
 
 class NativeError(NamedTuple):
