@@ -35,6 +35,7 @@
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1 (throughput_short: 16)
 #   throughput_ab             throughput_short in .baseline (an older tree, carried), then in this tree
+#   throughput_depth          throughput.py (24 evaluations) at each pool depth of DEPTHS (default "4 8 4 8"), interleaved
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
@@ -68,6 +69,7 @@ part() {
   echo "(exit $?, $((SECONDS - started)) s)"
   grep -E "^ORACLE|^PROBLEM|^emulate|^racy|^cuda|^world|^roofline|^measured|^reference |^candidate |^speedup|passed|failed|skipped" "$OUT/$name.log" | cut -c1-260
 }
+run=0
 for name in "$@"; do
   case $name in
     gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
@@ -122,6 +124,13 @@ for name in "$@"; do
       sed -n '/^throughput:/,$p' "$OUT/throughput_baseline.log"
       part throughput_new 240 python3 $short --out "$OUT/throughput_new"
       sed -n '/^throughput:/,$p' "$OUT/throughput_new.log" ;;
+    throughput_depth)
+      for depth in ${DEPTHS:-4 8 4 8}; do
+        run=$((run + 1))
+        part "throughput_${run}_depth$depth" 200 python3 benchmarks/throughput.py --device cuda --world 1 --count 24 \
+          --pool-depth "$depth" --out "$OUT/throughput_${run}_depth$depth"
+        sed -n '/^throughput:/,$p' "$OUT/throughput_${run}_depth$depth.log"
+      done ;;
     warm_eval) part "$name" 300 python3 benchmarks/warm_eval.py --device cuda --world 1 --runs 8 --json "$OUT/warm_eval.json"
       grep -E "^(first|warm [0-9]+):|   where:" "$OUT/$name.log" | head -18; sed -n '/^warm eval through/,$p' "$OUT/$name.log" ;;
     warm_eval_ab)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.harness.seeds import mixed_seed
-from sandbox.rank import wire
+from sandbox.rank import input_mask, wire
 from sandbox.rank.commitment import commitment as commit_to
 
 MAX_EXPECTED_BYTES = 64 * 2**30
@@ -132,6 +132,7 @@ class Call:
     key: int
     rng: int
     nonce: bytes = field(default_factory=lambda: secrets.token_bytes(16))  # sent with the call, bound into its commitment
+    mask: int = field(default_factory=input_mask.new_key)  # the key of its inputs' mask on a device, sent with the call
     inputs: list[Inputs] = field(default_factory=list)
     expected: list[Expected | None] = field(default_factory=list)
 

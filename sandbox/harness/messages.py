@@ -63,6 +63,10 @@ class Staged(Reply):
     calls: int = Field(ge=0, le=MAX_CALLS)
 
 
+class Primed(Reply):
+    type: Literal["primed"]
+
+
 class Done(Reply):
     type: Literal["done"]
     round: int
@@ -135,7 +139,7 @@ class CompileRequest(Reply):
 
 
 REPLIES: dict[str, type[Reply]] = {model.model_fields["type"].annotation.__args__[0]: model  # type: ignore[union-attr]
-                                   for model in (Ready, Loaded, Staged, Done, BurstDone, Revealed, Calibrated, Dropped, Profiled, Made,
+                                   for model in (Ready, Loaded, Staged, Primed, Done, BurstDone, Revealed, Calibrated, Dropped, Profiled, Made,
                                                  Failed, CompileRequest)}
 
 

@@ -300,10 +300,11 @@ class Evaluation:
                     round_id = self._next_round()
                     record = timing.Round(stage_ms=self._stage(group, round_id, calls, "calibration"))
                     for index in range(count):
+                        self._prime(group, "calibration")
                         started = time.perf_counter()
                         answers = self._checked(group, group.ask(
                             {"type": "calibrate", "round": round_id, "index": index, "output_bytes": output_bytes, "flush": True,
-                             "flushes": self._flushes, "nonce": calls[index].nonce.hex()},
+                             "nonce": calls[index].nonce.hex(), "mask": calls[index].mask},
                             m.Calibrated, self.config.timeouts.correctness_s, "calibration"))
                         record.wall_ms.append((time.perf_counter() - started) * 1000.0)
                         record.claimed_ms.append([a.reply.ms for a in answers])
@@ -351,7 +352,7 @@ class Evaluation:
                 batch = calls[start:start + MAX_CALLS_PER_MAKE]
                 message = {"type": "make", "calls": [
                     {"key": c.key, "regime": c.label % regimes, "rng": c.rng, "expect": start + i in checked, "native": native,
-                     "perturb": perturb[start + i]} for i, c in enumerate(batch)]}
+                     "perturb": perturb[start + i], "mask": c.mask} for i, c in enumerate(batch)]}
                 answers = self._expect(self.reference.ask(message, m.Made, self.config.timeouts.correctness_s, "reference inputs"),
                                        "reference")
                 try:
@@ -408,11 +409,13 @@ class Evaluation:
         return self._candidate(answers) if group is self.candidate else self._expect(answers, "reference")
 
     def _call(self, group: RankGroup, round_id: int, index: int, call: Call, stage: str, flush: bool) -> tuple[list[float], list[str], float]:
-        """One timed call on every rank: (claimed ms per rank, commitments per rank, the parent's wall ms)."""
+        """One timed call on every rank: (claimed ms per rank, commitments per rank, the parent's wall ms).
+        With ``flush``, the warm-up before it (``_prime``) stays outside the parent's clock."""
+        if flush:
+            self._prime(group, stage)
         started = time.perf_counter()
         answers = group.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng, "nonce": call.nonce.hex(),
-                             "flush": flush, "flushes": self._flushes}, m.Done,
-                            self.config.timeouts.correctness_s, stage)
+                             "mask": call.mask, "flush": flush}, m.Done, self.config.timeouts.correctness_s, stage)
         wall = (time.perf_counter() - started) * 1000.0
         done = self._checked(group, answers)
         for answer in done:
@@ -422,9 +425,19 @@ class Evaluation:
             self._check_inputs(round_id, [call], index)
         return [a.reply.ms for a in done], [a.reply.checksum for a in done], wall
 
+    def _prime(self, group: RankGroup, stage: str) -> None:
+        """The warm-up before a timed call (the L2 flush kept up for about 2 ms, sandbox.rank.device),
+        on every rank of ``group``, before the parent's clock starts: a candidate's process that
+        skips it has no time under that clock to show for it (its inputs are masked until the call:
+        tests/fixtures/hostile/flush_skipped_hides_work.py)."""
+        if self._flushes:
+            self._checked(group, group.ask({"type": "prime", "flushes": self._flushes}, m.Primed, self.config.timeouts.correctness_s,
+                                           stage))
+
     def _burst(self, group: RankGroup, round_id: int, calls: list[Call], start: int, stage: str) -> list[list[str]]:
         answers = self._checked(group, group.ask({"type": "burst", "round": round_id, "start": start, "rng": [c.rng for c in calls],
-                                                  "nonce": [c.nonce.hex() for c in calls]}, m.BurstDone, self.config.timeouts.correctness_s, stage))
+                                                  "nonce": [c.nonce.hex() for c in calls], "mask": [c.mask for c in calls]},
+                                                 m.BurstDone, self.config.timeouts.correctness_s, stage))
         count = len(calls) - start
         if any(len(a.reply.checksums) != count for a in answers):
             raise m.ProtocolViolation("a rank committed to the wrong number of back-to-back calls")
@@ -635,7 +648,8 @@ class Evaluation:
         if self.config.device != "cuda":
             return "not flushed (cpu)"
         measured = "" if self.candidate.flushes == self._flushes else f"; the candidate's processes measured {self.candidate.flushes}"
-        return f"flushed before every call ({self._flushes} times in both groups, the GPU busy about 2 ms{measured})"
+        return (f"flushed before every call ({self._flushes} times to keep the GPU busy about 2 ms, then once after its inputs "
+                f"are unmasked, in both groups{measured})")
 
     @functools.cached_property
     def _empty_interval_ms(self) -> list[float]:
@@ -781,8 +795,8 @@ class Evaluation:
         try:
             round_id = self._next_round()
             self._stage(group, round_id, calls, f"{role} profile")
-            answers = group.ask({"type": "profile", "round": round_id, "rng": calls[0].rng}, m.Profiled,
-                                self.config.timeouts.profile_s, f"{role} profile")
+            answers = group.ask({"type": "profile", "round": round_id, "rng": calls[0].rng, "mask": [c.mask for c in calls]},
+                                m.Profiled, self.config.timeouts.profile_s, f"{role} profile")
             done = [a for a in answers if isinstance(a, Answer)]
             if len(done) != len(answers):
                 failure = next(a for a in answers if isinstance(a, RankFailure))

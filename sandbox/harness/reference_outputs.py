@@ -13,6 +13,7 @@ from sandbox.harness.verdict import Verdict
 from sandbox.harness.launch import reference_launcher
 from sandbox.harness.reference_rank import MAX_CALLS_PER_MAKE
 from sandbox.harness.pipeline import reference_failure_message
+from sandbox.rank import input_mask
 from sandbox.report import LogExcerpt
 
 
@@ -40,7 +41,8 @@ def run_reference(problem: Problem, world: int, device: str = "cpu", seeds: tupl
                 else:
                     answers = group.collect(expect, timeout_s, stage)
                 _raise_failure(group, answers)
-            calls = [{"key": seed, "regime": regime, "rng": seed, "expect": True, "native": include_native, "perturb": p}
+            calls = [{"key": seed, "regime": regime, "rng": seed, "expect": True, "native": include_native, "perturb": p,
+                      "mask": input_mask.new_key()}
                      for seed, p, regime in zip(seeds, perturb, regimes)]
             outputs: list[list[Expected]] = [[] for _ in range(world)]
             for start in range(0, len(calls), MAX_CALLS_PER_MAKE):

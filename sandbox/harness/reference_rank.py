@@ -3,16 +3,16 @@
 Trusted code: it imports the problem (``make_inputs``, the reference). For each call the parent
 names by a secret key it draws the call's inputs and writes them into a blob, the only form in
 which a candidate ever sees them: on a GPU a device blob (``wire.write_device_blob``), whose
-bytes stay in device memory, in one allocation lent to the candidate's rank and one that only
-this group stages from (a candidate that writes what it was lent changes nothing anyone else
-reads); elsewhere a sealed memfd. For the calls the parent will check, it also runs the reference
-twice, in the problem's dtype and on upcast inputs, and sends the upcast outputs (what a solution
-must match) with the native run's own error (how far a solution may be off), the final state of
-any input the reference updates in place (which a solution must then update the same way), and
-the inputs as made (what the judge compares a rank's inputs with after the call). Those go to
-the parent alone, which copies them out before it sends the next ``make``: as device memory
-where the parent compares on this rank's GPU, else in memfds written again then
-(``wire.BlobPool``), never handed to a rank.
+bytes stay in device memory, masked until the call begins (sandbox/rank/input_mask.py), in one
+allocation lent to the candidate's rank and one that only this group stages from (a candidate
+that writes what it was lent changes nothing anyone else reads); elsewhere a sealed memfd. For
+the calls the parent will check, it also runs the reference twice, in the problem's dtype and on
+upcast inputs, and sends the upcast outputs (what a solution must match) with the native run's
+own error (how far a solution may be off), the final state of any input the reference updates in
+place (which a solution must then update the same way), and the inputs as made (what the judge
+compares a rank's inputs with after the call). Those go to the parent alone, which copies them
+out before it sends the next ``make``: as device memory where the parent compares on this rank's
+GPU, else in memfds written again then (``wire.BlobPool``), never handed to a rank.
 Timed like a candidate, through the same rounds, on the same blobs.
 
 ``python -m sandbox.harness.reference_rank CONFIG_JSON``; started by the parent outside any jail.
@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
-from sandbox.rank import device_share, wire
+from sandbox.rank import device_share, input_mask, wire
 from sandbox.rank.server import RankServer, flatten_outputs
 from sandbox.rank.zygote import run_ranks
 
@@ -66,7 +66,7 @@ class ReferenceServer(RankServer):
             return self.problem.inputs(self.rank, self.world, generator, self.device.device, self.dtype, self.shape, regime)
 
     def make(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
-        """``calls``: [{key, regime, rng, expect, native, perturb}]; per call an input blob (a
+        """``calls``: [{key, regime, rng, expect, native, perturb, mask}]; per call an input blob (a
         device blob's header, lent and kept allocations where ``device``) and, where ``expect``,
         an expected-output blob (in that order).
 
@@ -90,7 +90,7 @@ class ReferenceServer(RankServer):
                 tree = wire.encode_tree(inputs, tensors)
                 entry: dict[str, Any] = {"expect": bool(call.get("expect")), "device": False,
                                          "input_bytes": sum(t.numel() * t.element_size() for t in tensors)}
-                held[position] += self._input_blob(tree, tensors, entry)
+                held[position] += self._input_blob(tree, tensors, entry, call.get("mask"))
                 described.append(entry)
                 if call.get("expect"):
                     made[position] = tree, tensors
@@ -105,10 +105,15 @@ class ReferenceServer(RankServer):
             raise
         return {"type": "made", "calls": described}, [fd for fds in held for fd in fds]
 
-    def _input_blob(self, tree: Any, tensors: list, entry: dict[str, Any]) -> list[int]:
+    def _input_blob(self, tree: Any, tensors: list, entry: dict[str, Any], mask: int | None) -> list[int]:
+        """The call's input blob: on a GPU a device blob of its inputs masked with ``mask``
+        (sandbox/rank/input_mask.py), in both copies: both groups remove the mask at the call."""
         if self.on_device:
+            if not isinstance(mask, int):
+                raise ValueError("inputs made as device memory need their call's mask key")
             try:
-                fds = list(wire.write_device_blob(tree, tensors, self.device.device.index or 0, copies=2))  # lent, kept
+                masked = input_mask.masked(self.torch, tensors, mask)
+                fds = list(wire.write_device_blob(tree, masked, self.device.device.index or 0, copies=2))  # lent, kept
                 entry["device"] = True
                 return fds
             except device_share.DeviceShareError as error:  # no VMM here: memfd blobs from now on

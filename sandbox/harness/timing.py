@@ -55,8 +55,8 @@ STAGING_SHARE = {"cuda": 0.3, "cpu": 1.0}
 # charged to the call at its point estimate. On a loaded two-core host (CI) the reference's staging varied 0.3-1.1 ms a
 # call over an evaluation's 4 rounds, the allowance for noise reached 1.7 ms a call, and tests/fixtures/hostile/
 # precompute_at_stage.py (1.7 ms a call moved into staging, claims of 0.003 ms) read 508x and 1154x, correct (1 in 40
-# evaluations beside one busy process). On the host CPU only: an honest candidate pays the positive half of the noise, and
-# on a GPU, where calls of 0.3-0.5 ms sit beside staging noise of that size, what that costs has not been measured
+# evaluations beside one busy process). On the host CPU only: an honest candidate pays the positive half of the noise; on a
+# GPU a call's inputs are masked until the call (sandbox/rank/input_mask.py), so nothing can be computed while they are staged
 STAGING_CHARGED_WITHIN_NOISE = {"cpu"}
 OVERCLAIM_SLACK_MS = 0.5  # a rank may claim at most the parent's wall time plus this
 ROOFLINE_MARGIN = 1.5  # a call faster than roofline / this is impossible on this hardware...

@@ -31,10 +31,21 @@ from sandbox.harness.launch import candidate_launcher, packages_dir, reference_l
 log = structlog.get_logger(__name__)
 
 PREFETCH_READY_S = 180.0
-# candidate groups started ahead per kind: the one started as an evaluation ends is taken when the fourth after
-# it begins, and a group's start-up (jail, torch, device, process group) takes about as long as three small
-# evaluations on a GPU host
-POOL_DEPTH = int(os.environ.get("KLOOP_WARM_DEPTH", "4"))  # the env: for A/B runs of the pool on a GPU host
+# candidate groups started ahead per kind, by device: a group started as an evaluation ends is taken when the depth-th
+# after it begins. A start-up (jail, torch, device context, process group) goes on only between timings (``quiet``); on an
+# H100 host it took about as long as four or five small evaluations: 24 world-1 evaluations of all_reduce ran 39.2 and 39.8
+# a minute at depth 8 against 29.0 and 33.7 at depth 4, interleaved in one device call on 2026-12-05, every fourth one
+# waiting 1.8-2.7 s at depth 4 (`bash benchmarks/device.sh throughput_depth`). On the host CPU the start-ups take the
+# very cores the evaluations need; emulation (every rank a context on one GPU) was not measured.
+POOL_DEPTH = {"cuda": 8}
+DEFAULT_POOL_DEPTH = 4
+DEPTH_OVERRIDE = os.environ.get("KLOOP_WARM_DEPTH")  # one depth for every device: for A/B runs of the pool
+
+
+def pool_depth(device: str) -> int:
+    return int(DEPTH_OVERRIDE) if DEPTH_OVERRIDE else POOL_DEPTH.get(device, DEFAULT_POOL_DEPTH)
+
+
 MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds memory, on a GPU a device context)
 # ranks of reference groups kept loaded between evaluations, the most recently used first: each holds a device context,
 # torch and up to 512 MiB of expected outputs a rank, and a batch over many problems would keep one group for each
@@ -132,8 +143,9 @@ class _Pending:
 class WarmGroups:
     """Groups kept ready between the evaluations of one long-lived harness, under ``root``.
 
-    Candidate groups come from a pool per kind, ``depth`` deep (fewer for many ranks: at most
-    ``max_ranks`` ranks started ahead in all, and only while the host has the memory): each one
+    Candidate groups come from a pool per kind, ``depth`` deep (by default ``pool_depth`` of its
+    device; fewer for many ranks: at most ``max_ranks`` ranks started ahead in all, and only while
+    the host has the memory): each one
     taken is replaced as its evaluation ends, so the next is usually ready when its evaluation begins. One
     thread that lives as long as this object starts them (a zygote dies with the thread that
     started it). A correct evaluation's report does not wait for its group's end; ``acquire``
@@ -145,7 +157,7 @@ class WarmGroups:
     host it left an honest candidate's calls 0.6-0.8 ms a call more unaccounted than the
     reference's, in both of a run's timings)."""
 
-    def __init__(self, root: Path, depth: int = POOL_DEPTH, max_ranks: int = MAX_POOLED_RANKS,
+    def __init__(self, root: Path, depth: int | None = None, max_ranks: int = MAX_POOLED_RANKS,
                  max_reference_ranks: int = MAX_KEPT_REFERENCE_RANKS):
         self.root, self.depth, self.max_ranks, self.max_reference_ranks = root, depth, max_ranks, max_reference_ranks
         self._ids = itertools.count()
@@ -275,7 +287,7 @@ class WarmGroups:
         with self._lock:
             if self._closed:
                 return
-            depth = min(self.depth, max(1, self.max_ranks // key.world))
+            depth = min(pool_depth(key.device) if self.depth is None else self.depth, max(1, self.max_ranks // key.world))
             missing = min(depth - len(self._candidates.setdefault(key, [])), _affordable(key.world))
             entries = [_Pending() for _ in range(max(missing, 0))]
             self._candidates[key].extend(entries)

@@ -8,9 +8,9 @@ back at once (a commitment: the parent later asks to see some calls' bytes and c
 it). In a candidate's process all of this is hostile territory; the parent treats every number
 that comes back as a claim (see sandbox/harness/timing.py).
 
-Messages from the parent: load, stage, call, burst, reveal, drop, profile (a rank ends when the
-parent kills its group). Replies: loaded, staged, done, burst_done, revealed, dropped, profiled, failed; and compile (a request to the
-parent, answered by compiled).
+Messages from the parent: load, stage, prime, call, calibrate, burst, reveal, drop, profile (a rank
+ends when the parent kills its group). Replies: loaded, staged, primed, done, calibrated, burst_done,
+revealed, dropped, profiled, failed; and compile (a request to the parent, answered by compiled).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sandbox.rank import commitment, device_share, wire
+from sandbox.rank import commitment, device_share, input_mask, wire
 from sandbox.rank.device import RankDevice
 
 MAX_INPUT_BLOB_BYTES = 64 * 2**30
@@ -48,7 +48,7 @@ class RankServer:
         if self.commitment_scheme == "tree" and self.device.cuda:
             commitment.warm_device_digest()
         self.handlers = {"load": self.load, "stage": self.stage, "call": self.call, "burst": self.burst,
-                         "reveal": self.reveal, "drop": self.drop, "profile": self.profile, "calibrate": self.calibrate}
+                         "reveal": self.reveal, "drop": self.drop, "profile": self.profile, "calibrate": self.calibrate, "prime": self.prime}
 
     # ---------------------------------------------------------------- the loop
     def serve(self) -> None:
@@ -121,7 +121,9 @@ class RankServer:
         """Inputs of a round's calls, one blob each (a device blob followed by its device memory),
         made into tensors on this rank's device; with ``shared`` (CPU only), views of the parent's
         own copies, which it compares after the call with what it staged (a rank cannot hide a
-        write to its inputs by what it says)."""
+        write to its inputs by what it says). A device blob's bytes are masked
+        (sandbox/rank/input_mask.py): its tensors become inputs only when their call's message
+        brings the key."""
         calls = []
         shared = bool(message.get("shared"))
         given = iter(fds)
@@ -129,36 +131,59 @@ class RankServer:
             with wire.Blob(fd, MAX_INPUT_BLOB_BYTES, shared=shared) as blob:
                 device_fd = next(given, None) if blob.device_bytes is not None else None
                 tensors = blob.tensors(None if shared else self.device.device, device_fd)
-                calls.append({"inputs": wire.decode_tree(blob.tree, tensors), "leaves": tensors})
+                masked = blob.device_bytes is not None
+                calls.append({"tree": blob.tree, "leaves": tensors, "masked": masked,
+                              "inputs": None if masked else wire.decode_tree(blob.tree, tensors)})
         self.device.synchronize()
         self.rounds[message["round"]] = {"calls": calls, "outputs": {}}
         return {"type": "staged", "round": message["round"], "calls": len(calls)}, []
+
+    def _unmasked(self, entry: dict[str, Any], mask: Any) -> Any:
+        """A staged call's inputs, its mask removed with ``mask`` (the call's key) the first time."""
+        if entry["masked"]:
+            if not isinstance(mask, int) or isinstance(mask, bool):
+                raise wire.WireError("a masked call without its key")
+            input_mask.apply(self.torch, entry["leaves"], mask)
+            entry["masked"] = False
+            entry["inputs"] = wire.decode_tree(entry["tree"], entry["leaves"])
+        return entry["inputs"]
+
+    def prime(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
+        """The warm-up before a timed call: the L2 flush repeated ``flushes`` times (the GPU busy,
+        not idle, when the call starts), then a sync. Outside the parent's clock, and worth nothing
+        to skip: no input of the next call can be read before that call's message (input_mask)."""
+        self.device.flush_l2(int(message.get("flushes", 0)))
+        self.device.synchronize()
+        return {"type": "primed"}, []
 
     def _prepare(self, rng: int) -> None:
         seed_global_rng(self.torch, rng, self.device.cuda)
 
     def call(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
-        """One call of a staged round: prepared, timed, committed."""
+        """One call of a staged round: its inputs unmasked, the L2 flushed once, timed, committed."""
         current = self.rounds[message["round"]]
         index = message["index"]
         entry = current["calls"][index]
+        inputs = self._unmasked(entry, message.get("mask"))
         self._prepare(message["rng"])
         if message.get("flush", True):
-            self.device.flush_l2(int(message.get("flushes", 0)))
-        result, ms = self.device.timed(lambda: self.fn(*entry["inputs"]))
+            self.device.flush_l2(1)
+        result, ms = self.device.timed(lambda: self.fn(*inputs))
         leaves = self._output_leaves(result)
         current["outputs"][index] = leaves
         return {"type": "done", "round": message["round"], "index": index, "ms": ms,
                 "checksum": self._commitment(leaves, entry["leaves"], message["nonce"])}, []
 
     def calibrate(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
-        """A timed call's harness work with no solution in it (the flush, an empty timed interval,
-        the commitment to outputs of ``output_bytes`` and to the staged inputs): the parent asks for
-        it before any candidate code is loaded, to learn what that work costs in this process."""
+        """A timed call's harness work with no solution in it (the unmasking, the flush, an empty
+        timed interval, the commitment to outputs of ``output_bytes`` and to the staged inputs):
+        the parent asks for it before any candidate code is loaded, to learn what that work costs
+        in this process."""
         entry = self.rounds[message["round"]]["calls"][message["index"]]
+        self._unmasked(entry, message.get("mask"))
         stand_in = self.torch.ones(int(message["output_bytes"]), dtype=self.torch.uint8, device=self.device.device)
         if message.get("flush", True):
-            self.device.flush_l2(int(message.get("flushes", 0)))
+            self.device.flush_l2(1)
         _, ms = self.device.timed(lambda: None)
         self._commitment([stand_in], entry["leaves"], message["nonce"])
         return {"type": "calibrated", "round": message["round"], "index": message["index"], "ms": ms}, []
@@ -167,11 +192,13 @@ class RankServer:
         """The round's calls from ``start`` on, back to back: no host sync, no barrier between them."""
         current = self.rounds[message["round"]]
         start = message["start"]
+        entries = current["calls"][start:]
+        inputs = [self._unmasked(entry, message["mask"][index]) for index, entry in enumerate(entries, start=start)]
         self.device.synchronize()
         results = []
         for index in range(start, len(current["calls"])):
             self._prepare(message["rng"][index])
-            results.append(self.fn(*current["calls"][index]["inputs"]))
+            results.append(self.fn(*inputs[index - start]))
         self.device.synchronize()
         checksums = []
         for index, result in enumerate(results, start=start):
@@ -232,14 +259,14 @@ class RankServer:
         from torch.profiler import ProfilerActivity, profile
 
         current = self.rounds[message["round"]]
-        entries = current["calls"]
+        inputs = [self._unmasked(entry, key) for entry, key in zip(current["calls"], message["mask"], strict=True)]
         self._prepare(message["rng"])
-        self.fn(*entries[0]["inputs"])  # warm
+        self.fn(*inputs[0])  # warm
         self.device.synchronize()
         walls = []
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for entry in entries[1:]:
-                _, ms = self.device.timed(lambda entry=entry: self.fn(*entry["inputs"]))
+            for args in inputs[1:]:
+                _, ms = self.device.timed(lambda args=args: self.fn(*args))
                 walls.append(ms)
         return {"type": "profiled", "round": message["round"], "calls": len(walls), "wall_ms": walls,
                 "activities": device_activities(self.torch, prof)[:MAX_PROFILE_EVENTS]}, []

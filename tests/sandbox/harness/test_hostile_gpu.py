@@ -41,35 +41,6 @@ GPU_KNOWN_HOLES = {
                         "once 14.4x at 147% of the roofline; with the 1.1x margin of a datasheet HBM roofline (since then) 9.76x at 83% "
                         "of it, correct, the claim being the placeholder's own overhead. Its hidden all-reduce showed as 0.18 ms a call more unclaimed "
                         "than the reference's, inside honest groups' -0.29 to +0.21 ms (a call's harness work is 4.1-4.6 ms)",
-    "precompute_at_stage": "the same class at a call this small (all_reduce at world 1: a 64 MiB clone): the outputs "
-                           "computed while the round is staged (0.1 ms a call) hide inside staging's own noise (12 ms a "
-                           "call either way through memory files; since inputs are staged as device memory, about 1 ms "
-                           "a call with 0.5 ms allowed beyond the reference's: 10.35x at 93% of the roofline, correct, on "
-                           "2026-12-04), and the precomputed call's claim is the empty interval's noise. Only the "
-                           "roofline catches it: on 2026-12-03 a call of 0.0123 ms was rejected (below 0.0280 / 1.5), "
-                           "later that day one of about 0.024 ms (115% of the roofline) read 13.1x, correct, and twice more 11.6x and 9.4x at "
-                           "112-114%, correct (0.2 ms a call more staging, inside honest groups' -1.8 to +0.5 ms). Since a "
-                           "datasheet HBM roofline allows 1.1x (honest kernels read 6-29% of it), a claim of 0.0186 ms was "
-                           "rejected; one that lands below the roofline still reads as fast as it claims. Closing it takes "
-                           "inputs the candidate cannot read before its call (staged masked, unmasked at the call) and a "
-                           "clock that resolves tens of microseconds a call",
-    "tree_salt_precomputed": "a one-rank GPU group's tree commitment binds the call's secret at its root only: the "
-                             "leaves of a round's inputs can be hashed while it is staged (0.3 ms a call at 64 MiB). "
-                             "Leaves salted with a block made from the secret rejected this fixture on the H200 on "
-                             "2026-12-03, and an honest symmetric-memory candidate read 1.6-1.9x slower in 5 of 15 "
-                             "separate jobs (0 of 20 without). On 2026-12-04, the salt passed as kernel arguments: 2 of 5 "
-                             "such jobs against 1 of 5 without in the same device call, and 3 of 15 without that day (the "
-                             "clock's estimate replacing the claims when an honest group's unclaimed time sat 0.12-0.45 ms a "
-                             "call above its reference's). Not re-landed: across both days 7 of 20 salted jobs against 4 of "
-                             "40, for 0.3 ms a call of room, which flush_skipped_hides_work shows is not the largest",
-    "flush_skipped_hides_work": "the harness's device work in a call (the L2 flush kept up for 2 ms, the syncs, the "
-                                "commitment) runs in the candidate's process: one that skips the flush has 2 ms a call, "
-                                "more than the clock's resolution, to hide work after the timer (3.62x, correct, on the "
-                                "H200 on 2026-12-04). The flush done by the reference's ranks before either group's call "
-                                "rejected it that day (a call's unclaimed time 2.3-2.7 ms instead of 4.4-4.7), but an honest "
-                                "symmetric-memory candidate's calls read 0.62-0.88 ms instead of 0.45-0.50 (reference copies "
-                                "unchanged): not landed; next to measure, branch flush-in-reference (a quarter of the flush "
-                                "left in the calling process, a 0.5 ms room)",
 }
 CUDA_CASES = [pytest.param(f, id=f.name, marks=[pytest.mark.xfail(strict=False, reason=GPU_KNOWN_HOLES[f.name])]
                            if f.name in GPU_KNOWN_HOLES else [])

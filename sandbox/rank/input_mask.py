@@ -1,0 +1,51 @@
+"""A call's inputs masked until the call begins.
+
+On a GPU the reference writes a call's inputs into device memory XORed with a keystream drawn from
+the call's mask key, a secret of the parent's that reaches a rank only in the message that starts
+that call; the rank's harness code removes the mask there, just before the flush that precedes the
+timer. Until then the staged bytes say nothing a solution could compute from, so no work can be
+done ahead of the call: while a round is staged, during the warm-up flush before a call (which a
+candidate's process could skip and use), or under any other harness work the parent's clock does
+not see alone (tests/fixtures/hostile/precompute_at_stage.py, tree_salt_precomputed.py).
+
+The keystream is torch's counter-based generator on the tensors' own device, seeded with the key:
+the same bytes in the reference's process and in the rank's, for the same device kind. Applying
+the mask twice removes it.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+KEY_BITS = 62
+
+
+def new_key() -> int:
+    return secrets.randbits(KEY_BITS)
+
+
+def apply(torch, tensors: list, key: int) -> None:
+    """XOR the bytes of ``tensors`` (contiguous, all on one device), in order, with the keystream
+    of ``key``, in place."""
+    if not tensors:
+        return
+    generator = torch.Generator(device=tensors[0].device)
+    generator.manual_seed(int(key))
+    with torch.no_grad():
+        for tensor in tensors:
+            raw = tensor.detach().reshape(-1).view(torch.uint8)
+            words = raw.numel() // 4
+            if words:
+                head = raw[:4 * words].view(torch.int32)
+                head.bitwise_xor_(torch.empty_like(head).random_(-2**31, 2**31 - 1, generator=generator))
+            tail = raw[4 * words:]
+            if tail.numel():
+                tail.bitwise_xor_(torch.empty_like(tail).random_(0, 256, generator=generator))
+
+
+def masked(torch, tensors: list, key: int) -> list:
+    """Masked contiguous copies of ``tensors`` (the originals unchanged; each copy requires grad
+    where its original does, which a blob records)."""
+    copies = [tensor.detach().contiguous().clone() for tensor in tensors]
+    apply(torch, copies, key)
+    return [copy.requires_grad_(tensor.requires_grad) for copy, tensor in zip(copies, tensors)]

@@ -1,0 +1,77 @@
+"""Inputs masked until their call (sandbox/rank/input_mask.py): the reference masks a call's inputs
+on the device, a rank removes the mask only with the key its call message brings
+(RankServer._unmasked). The keystream is torch's generator on the tensors' device: checked here on
+the CPU; on a GPU the harness tests' correct verdicts need it (tests/sandbox/harness/test_harness_gpu.py)."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sandbox.rank import input_mask, wire
+from sandbox.rank.server import RankServer
+
+
+def _inputs() -> list:
+    return [torch.randn(33, 7), torch.randn(5, 3, dtype=torch.bfloat16), torch.tensor([True, False, True]),
+            torch.randn(7, dtype=torch.complex64), torch.arange(11, dtype=torch.int8), torch.zeros((), dtype=torch.float16),
+            torch.empty(0), torch.randn(4, 6).t(), torch.randn(9, requires_grad=True)]
+
+
+def _bytes(tensor) -> bytes:
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def test_the_mask_hides_every_byte_pattern_and_its_key_alone_removes_it():
+    plain = _inputs()
+    masked = input_mask.masked(torch, plain, key=12345)
+    assert [_bytes(p) for p in plain] != [_bytes(m) for m in masked]
+    for original, copy in zip(plain, masked):
+        assert copy.shape == original.shape and copy.dtype == original.dtype and copy.is_contiguous()
+        assert copy.requires_grad == original.requires_grad
+        if original.numel() * original.element_size() >= 4:
+            assert _bytes(copy) != _bytes(original), f"{original.dtype} {tuple(original.shape)} left unmasked"
+    other = [m.detach().clone() for m in masked]
+    input_mask.apply(torch, other, key=12346)
+    assert all(_bytes(o) != _bytes(p) for o, p in zip(other, plain) if p.numel() * p.element_size() >= 4)
+    input_mask.apply(torch, masked, key=12345)
+    assert [_bytes(m) for m in masked] == [_bytes(p) for p in plain]
+
+
+def test_two_calls_masked_alike_share_no_keystream():
+    """Each call has its own key: what one call's key reveals says nothing of another's mask."""
+    zeros = [torch.zeros(64, dtype=torch.int32)]
+    first, second = input_mask.masked(torch, zeros, input_mask.new_key()), input_mask.masked(torch, zeros, input_mask.new_key())
+    assert _bytes(first[0]) != _bytes(second[0])
+
+
+def _staged(key: int):
+    """A masked call as a rank holds it after staging: the tree, the masked leaves, no inputs."""
+    dense = torch.randn(4, 5)
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 2], [1, 3]]), torch.tensor([1.5, -2.0]), (3, 4))
+    leaves: list = []
+    tree = wire.encode_tree([dense, {"sparse": sparse, "scale": 0.5}], leaves)
+    entry = {"tree": tree, "leaves": input_mask.masked(torch, leaves, key), "masked": True, "inputs": None}
+    return entry, dense, sparse
+
+
+def test_a_rank_unmasks_a_call_once_with_the_key_its_message_brings():
+    rank = SimpleNamespace(torch=torch)
+    entry, dense, sparse = _staged(key=99)
+    with pytest.raises(wire.WireError, match="without its key"):
+        RankServer._unmasked(rank, entry, None)
+    assert entry["masked"] and entry["inputs"] is None
+    inputs = RankServer._unmasked(rank, entry, 99)
+    assert torch.equal(inputs[0], dense)
+    assert torch.equal(inputs[1]["sparse"].to_dense(), sparse.to_dense()) and inputs[1]["scale"] == 0.5
+    assert RankServer._unmasked(rank, entry, 12345) is inputs  # unmasked once: a later key changes nothing
+    assert torch.equal(entry["leaves"][0], dense)  # the leaves the commitment covers hold the inputs too
+
+
+def test_a_wrong_key_leaves_garbage_not_the_inputs():
+    dense = torch.randn(16, 8)
+    leaves: list = []
+    tree = wire.encode_tree([dense], leaves)
+    entry = {"tree": tree, "leaves": input_mask.masked(torch, leaves, 7), "masked": True, "inputs": None}
+    inputs = RankServer._unmasked(SimpleNamespace(torch=torch), entry, 8)
+    assert not torch.equal(inputs[0], dense)
