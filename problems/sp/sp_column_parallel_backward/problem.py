@@ -9,9 +9,14 @@ sum over the ranks' output columns, [S, H]); then it reduce-scatters dX along th
 asynchronously, while it computes the weight gradient dW_r = dY^T @ X. Two collectives and two
 GEMMs with a fixed dependency chain; how much of the communication hides behind the math
 decides the step time. Weights are stored as in Megatron, [N/W, H] (output features first).
+
+Inputs come in two regimes: plain normal values, and the same with three quarters of the rows of
+dY and of the hidden columns of W_r and X_r 256 times smaller, so that both outputs hold values of
+very different sizes side by side (as gradients do): a transfer that rounds each value to a step
+set by its block's largest loses the small ones.
 """
 
-from problems.authoring import randn, rank_generator
+from problems.authoring import mixed_magnitudes, randn, rank_generator
 
 from problems.contract import Cost, ProblemSpec
 
@@ -23,6 +28,8 @@ SPEC = ProblemSpec(
     dtype="bfloat16",
     atol=1e-3,
     rtol=2**-8,
+    sum_of_products=True,
+    regimes=2,
     shapes={"default": {"s": 8192, "hidden": 4096, "n": 28672}, "small": {"s": 64, "hidden": 32, "n": 64}},
     description="Rank r holds the saved forward input shard x_r = X[r*S/W:(r+1)*S/W, :] ([s/world, hidden]), its weight shard "
                 "w_r ([n/world, hidden]; the forward computed X @ w_r^T) and the output gradient dy_r ([s, n/world]). Rank r "
@@ -31,11 +38,19 @@ SPEC = ProblemSpec(
 )
 
 
-def make_inputs(rank, world, generator, device, dtype, *, s, hidden, n):
+PLAIN, MIXED = 0, 1  # regimes
+
+
+def make_inputs(rank, world, generator, device, dtype, *, s, hidden, n, regime=PLAIN):
     own = rank_generator(generator, rank)
     x = randn((s // world, hidden), own, device, dtype)
     weight = randn((n // world, hidden), own, device, dtype, scale=n**-0.5)
     grad_output = randn((s, n // world), own, device, dtype)
+    if regime == MIXED:
+        # the hidden columns alike on every rank (the shared generator): dX and dW columns of different sizes
+        columns = mixed_magnitudes(x.new_ones(hidden), generator)
+        x, weight = x * columns, weight * columns
+        grad_output = mixed_magnitudes(grad_output, own, dim=0)
     return x, weight, grad_output
 
 

@@ -29,7 +29,8 @@ EVERY_WORLD = {"wordsum_commitment_forgery", "commit_then_compute_at_reveal", "f
                # the rounding bound of sums (ProblemSpec.sum_of_products) grows with the world size: lossy and honest sums
                "int8_quantized_transfer_all_reduce", "int8_quantized_transfer_reduce_scatter",
                "int8_quantized_partials_gemm_all_reduce", "all_reduce_bf16_rotated_sums", "reduce_scatter_bf16_rotated_sums",
-               "gemm_all_reduce_bf16_partials", "int8_compressed_grads_ddp", "ddp_average_bf16_rotated_sums"}
+               "gemm_all_reduce_bf16_partials", "int8_compressed_grads_ddp", "ddp_average_bf16_rotated_sums",
+               "int8_quantized_dgrad_sp_backward", "sp_backward_bf16_rotated_sums"}
 
 
 def _cases(fixtures):
