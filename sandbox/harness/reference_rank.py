@@ -112,7 +112,7 @@ class ReferenceServer(RankServer):
             if not isinstance(mask, int):
                 raise ValueError("inputs made as device memory need their call's mask key")
             try:
-                masked = input_mask.masked(self.torch, tensors, mask)
+                masked = input_mask.masked(self.torch, tensors, mask, self.rank)
                 fds = list(wire.write_device_blob(tree, masked, self.device.device.index or 0, copies=2))  # lent, kept
                 entry["device"] = True
                 return fds

@@ -8,13 +8,16 @@ done ahead of the call: while a round is staged, during the warm-up flush before
 candidate's process could skip and use), or under any other harness work the parent's clock does
 not see alone (tests/fixtures/hostile/precompute_at_stage.py, tree_salt_precomputed.py).
 
-The keystream is torch's counter-based generator on the tensors' own device, seeded with the key:
-the same bytes in the reference's process and in the rank's, for the same device kind. Applying
-the mask twice removes it.
+The keystream is torch's counter-based generator on the tensors' own device, seeded from the key
+and the rank: the same bytes in the reference's process and in the rank's, for the same device
+kind, and another stream on every rank (one message starts a call on every rank: with one stream
+for all, two ranks' masked inputs XORed together would cancel it). Applying the mask twice
+removes it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 
 KEY_BITS = 62
@@ -24,13 +27,17 @@ def new_key() -> int:
     return secrets.randbits(KEY_BITS)
 
 
-def apply(torch, tensors: list, key: int) -> None:
-    """XOR the bytes of ``tensors`` (contiguous, all on one device), in order, with the keystream
-    of ``key``, in place."""
+def _seed(key: int, rank: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{int(key)}/{int(rank)}".encode(), digest_size=8).digest(), "little") >> 1
+
+
+def apply(torch, tensors: list, key: int, rank: int) -> None:
+    """XOR the bytes of ``tensors`` (contiguous, all on one device), in order, with rank
+    ``rank``'s keystream of ``key``, in place."""
     if not tensors:
         return
     generator = torch.Generator(device=tensors[0].device)
-    generator.manual_seed(int(key))
+    generator.manual_seed(_seed(key, rank))
     with torch.no_grad():
         for tensor in tensors:
             raw = tensor.detach().reshape(-1).view(torch.uint8)
@@ -43,9 +50,9 @@ def apply(torch, tensors: list, key: int) -> None:
                 tail.bitwise_xor_(torch.empty_like(tail).random_(0, 256, generator=generator))
 
 
-def masked(torch, tensors: list, key: int) -> list:
+def masked(torch, tensors: list, key: int, rank: int) -> list:
     """Masked contiguous copies of ``tensors`` (the originals unchanged; each copy requires grad
     where its original does, which a blob records)."""
     copies = [tensor.detach().contiguous().clone() for tensor in tensors]
-    apply(torch, copies, key)
+    apply(torch, copies, key, rank)
     return [copy.requires_grad_(tensor.requires_grad) for copy, tensor in zip(copies, tensors)]

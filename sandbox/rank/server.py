@@ -143,7 +143,7 @@ class RankServer:
         if entry["masked"]:
             if not isinstance(mask, int) or isinstance(mask, bool):
                 raise wire.WireError("a masked call without its key")
-            input_mask.apply(self.torch, entry["leaves"], mask)
+            input_mask.apply(self.torch, entry["leaves"], mask, self.rank)
             entry["masked"] = False
             entry["inputs"] = wire.decode_tree(entry["tree"], entry["leaves"])
         return entry["inputs"]

@@ -24,7 +24,7 @@ def _bytes(tensor) -> bytes:
 
 def test_the_mask_hides_every_byte_pattern_and_its_key_alone_removes_it():
     plain = _inputs()
-    masked = input_mask.masked(torch, plain, key=12345)
+    masked = input_mask.masked(torch, plain, key=12345, rank=0)
     assert [_bytes(p) for p in plain] != [_bytes(m) for m in masked]
     for original, copy in zip(plain, masked):
         assert copy.shape == original.shape and copy.dtype == original.dtype and copy.is_contiguous()
@@ -32,17 +32,20 @@ def test_the_mask_hides_every_byte_pattern_and_its_key_alone_removes_it():
         if original.numel() * original.element_size() >= 4:
             assert _bytes(copy) != _bytes(original), f"{original.dtype} {tuple(original.shape)} left unmasked"
     other = [m.detach().clone() for m in masked]
-    input_mask.apply(torch, other, key=12346)
+    input_mask.apply(torch, other, key=12346, rank=0)
     assert all(_bytes(o) != _bytes(p) for o, p in zip(other, plain) if p.numel() * p.element_size() >= 4)
-    input_mask.apply(torch, masked, key=12345)
+    input_mask.apply(torch, masked, key=12345, rank=0)
     assert [_bytes(m) for m in masked] == [_bytes(p) for p in plain]
 
 
-def test_two_calls_masked_alike_share_no_keystream():
-    """Each call has its own key: what one call's key reveals says nothing of another's mask."""
+def test_no_two_calls_or_ranks_share_a_keystream():
+    """Each call has its own key, and each rank its own stream of it: what one call's key reveals
+    says nothing of another's mask, and two ranks' inputs masked for one call, XORed together, do
+    not cancel it (one message starts a call on every rank)."""
     zeros = [torch.zeros(64, dtype=torch.int32)]
-    first, second = input_mask.masked(torch, zeros, input_mask.new_key()), input_mask.masked(torch, zeros, input_mask.new_key())
-    assert _bytes(first[0]) != _bytes(second[0])
+    key = input_mask.new_key()
+    streams = [_bytes(input_mask.masked(torch, zeros, k, rank)[0]) for k, rank in ((key, 0), (input_mask.new_key(), 0), (key, 1))]
+    assert len(set(streams)) == 3
 
 
 def _staged(key: int):
@@ -51,12 +54,12 @@ def _staged(key: int):
     sparse = torch.sparse_coo_tensor(torch.tensor([[0, 2], [1, 3]]), torch.tensor([1.5, -2.0]), (3, 4))
     leaves: list = []
     tree = wire.encode_tree([dense, {"sparse": sparse, "scale": 0.5}], leaves)
-    entry = {"tree": tree, "leaves": input_mask.masked(torch, leaves, key), "masked": True, "inputs": None}
+    entry = {"tree": tree, "leaves": input_mask.masked(torch, leaves, key, rank=3), "masked": True, "inputs": None}
     return entry, dense, sparse
 
 
 def test_a_rank_unmasks_a_call_once_with_the_key_its_message_brings():
-    rank = SimpleNamespace(torch=torch)
+    rank = SimpleNamespace(torch=torch, rank=3)
     entry, dense, sparse = _staged(key=99)
     with pytest.raises(wire.WireError, match="without its key"):
         RankServer._unmasked(rank, entry, None)
@@ -68,10 +71,11 @@ def test_a_rank_unmasks_a_call_once_with_the_key_its_message_brings():
     assert torch.equal(entry["leaves"][0], dense)  # the leaves the commitment covers hold the inputs too
 
 
-def test_a_wrong_key_leaves_garbage_not_the_inputs():
+def test_a_wrong_key_or_rank_leaves_garbage_not_the_inputs():
     dense = torch.randn(16, 8)
     leaves: list = []
     tree = wire.encode_tree([dense], leaves)
-    entry = {"tree": tree, "leaves": input_mask.masked(torch, leaves, 7), "masked": True, "inputs": None}
-    inputs = RankServer._unmasked(SimpleNamespace(torch=torch), entry, 8)
-    assert not torch.equal(inputs[0], dense)
+    for key, rank in ((8, 0), (7, 1)):  # another call's key, or another rank's stream
+        entry = {"tree": tree, "leaves": input_mask.masked(torch, leaves, 7, rank=0), "masked": True, "inputs": None}
+        inputs = RankServer._unmasked(SimpleNamespace(torch=torch, rank=rank), entry, key)
+        assert not torch.equal(inputs[0], dense)
