@@ -286,8 +286,8 @@ class Evaluation:
         self.reference.loaded = True
 
     def _calibrate(self) -> None:
-        """What the harness's own work in a timed call (staging the inputs; the flush, the syncs,
-        the commitment to outputs and inputs, the messages) costs in each group's processes,
+        """What the harness's own work in a timed call (staging the inputs; unmasking them, the
+        flush after, the syncs, the commitment to outputs and inputs, the messages) costs in each group's processes,
         measured before any candidate code exists. On the H200 it differs from process to process
         (by up to 5 ms a call at 64 MB, either way), and the clock check compares the two groups'
         unaccounted time: without this an honest candidate in a slower process read as hiding work.

@@ -92,9 +92,10 @@ class RankDevice:
         work between calls) a flushed 64 MiB copy took 0.096 ms after one flush and 0.080-0.088 ms
         after 4 to 32 (benchmarks/timing_noise.py); with the commitment hashed on the device too,
         five jobs' speedups of one solution spread 1.58x instead of 2.87x, side by side in one
-        device call (benchmarks/timing_stability.py). ``count`` flushes: the parent sends the
-        reference's measure (``flushes``) to both groups, so that the harness's work in a call is
-        the same in both."""
+        device call (benchmarks/timing_stability.py). ``count`` flushes: the parent's warm-up
+        before a call (a ``prime`` message, outside its clock) sends the reference's measure
+        (``flushes``) to both groups, so that the harness's work is the same in both; the call
+        itself flushes once more, after unmasking its inputs (sandbox/rank/input_mask.py)."""
         if self.cuda and self._flush is not None:
             for _ in range(max(0, min(count, MAX_FLUSHES))):
                 self._flush.zero_()
