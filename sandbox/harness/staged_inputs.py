@@ -49,7 +49,7 @@ import structlog
 from sandbox.harness.calls import MAX_EXPECTED_BYTES, Call
 from sandbox.harness.verdict import Verdict
 from sandbox.jail.tree import descendants
-from sandbox.rank import wire
+from sandbox.rank import input_mask, wire
 from sandbox.report import Mismatch, RankVerdict
 
 log = structlog.get_logger(__name__)
@@ -74,8 +74,10 @@ class StagedRound:
 
 
 def stage_copies(calls: list[Call], world: int) -> StagedRound:
-    """A fresh shared copy of every call's inputs on every rank, mapped by the parent now: every
-    later read goes through that mapping, the same for a checked call as for any other."""
+    """A fresh shared copy of every call's inputs on every rank, masked until its call as a
+    device blob's are (sandbox/rank/input_mask.py: the rank removes the mask, in this very file,
+    with the key its call's message brings), and mapped by the parent now: every later read goes
+    through that mapping, the same for a checked call as for any other."""
     staged = StagedRound()
     try:
         for rank in range(world):
@@ -84,6 +86,7 @@ def stage_copies(calls: list[Call], world: int) -> StagedRound:
             for call in calls:
                 fd = wire.shared_copy(call.inputs[rank].blob, MAX_EXPECTED_BYTES)
                 staged.fds[rank].append(fd)
+                mask_copy(fd, call.mask, rank)
                 found = os.fstat(fd)
                 staged.files.add((found.st_dev, found.st_ino))
                 staged.views[rank].append(mmap.mmap(fd, found.st_size, prot=mmap.PROT_READ))  # a blob is never empty
@@ -91,6 +94,17 @@ def stage_copies(calls: list[Call], world: int) -> StagedRound:
         staged.close()
         raise
     return staged
+
+
+def mask_copy(fd: int, key: int, rank: int) -> None:
+    """Mask (or unmask: the mask is its own inverse) the tensors of the shared copy ``fd`` in place
+    with rank ``rank``'s keystream of ``key``."""
+    import torch
+
+    with wire.Blob(fd, MAX_EXPECTED_BYTES, shared=True) as blob:
+        tensors = blob.tensors()
+        input_mask.apply(torch, tensors, key, rank)
+        del tensors
 
 
 def close_copies(copies: list[list[int]]) -> None:

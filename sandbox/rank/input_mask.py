@@ -2,7 +2,8 @@
 
 On a GPU the reference writes a call's inputs into device memory XORed with a keystream drawn from
 the call's mask key, a secret of the parent's that reaches a rank only in the message that starts
-that call; the rank's harness code removes the mask there, just before the flush that precedes the
+that call; on the CPU the parent masks the shared copy it stages (sandbox/harness/staged_inputs.py).
+The rank's harness code removes the mask there, in place, just before the flush that precedes the
 timer. Until then the staged bytes say nothing a solution could compute from, so no work can be
 done ahead of the call: while a round is staged, during the warm-up flush before a call (which a
 candidate's process could skip and use), or under any other harness work the parent's clock does

@@ -1,7 +1,7 @@
 """Inputs staged as the parent's own copies (sandbox/harness/staged_inputs.py, wire.shared_copy):
 a rank's writes land where the parent reads them, whatever the rank says; untouched inputs,
-inputs the reference itself updates, and in-place problems pass; checking a call leaves its
-copy's atime alone; a private mapping of a copy is found."""
+inputs the reference itself updates, and in-place problems pass; a copy is masked until its
+call; checking a call leaves its copy's atime alone; a private mapping of a copy is found."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from sandbox.harness.calls import Call, Expected, Inputs
-from sandbox.harness.staged_inputs import PrivateMapping, changed_inputs, check_inputs, check_mappings, private_mappings, stage_copies
+from sandbox.harness.staged_inputs import (PrivateMapping, changed_inputs, check_inputs, check_mappings, mask_copy, private_mappings,
+                                           stage_copies)
 from sandbox.harness.verdict import Verdict
 from sandbox.rank import wire
 
@@ -35,6 +36,13 @@ def _call(world: int, label: int = 7, mutated=()) -> Call:
     return call
 
 
+def _called(copies, calls: list[Call]) -> None:
+    """What every rank's server does to its copies at their calls: remove the mask, in place."""
+    for rank, fds in enumerate(copies.fds):
+        for fd, call in zip(fds, calls):
+            mask_copy(fd, call.mask, rank)
+
+
 def _rank_tensors(fd: int) -> list:
     """What a rank's server makes of a staged copy."""
     with wire.Blob(fd, 2**30, shared=True) as blob:
@@ -44,6 +52,7 @@ def _rank_tensors(fd: int) -> list:
 def test_a_rank_writing_its_staged_input_is_seen_by_the_parent():
     call = _call(world=2)
     copies = stage_copies([call], 2)
+    _called(copies, [call])
     try:
         check_inputs([call], copies.views, in_place=False)  # untouched: the honest control
         first, second = _rank_tensors(copies.fds[1][0])
@@ -66,6 +75,7 @@ def test_a_rank_writing_its_staged_input_is_seen_by_the_parent():
 def test_inputs_the_reference_updates_and_unchecked_calls_are_not_judged_here():
     call = _call(world=1, mutated=[1])
     copies = stage_copies([call], 1)
+    _called(copies, [call])
     try:
         _, second = _rank_tensors(copies.fds[0][0])
         second.add_(1)  # the reference updates input 1 itself: judged as an output, not here
@@ -74,6 +84,27 @@ def test_inputs_the_reference_updates_and_unchecked_calls_are_not_judged_here():
         first, _ = _rank_tensors(copies.fds[0][0])
         first.zero_()
         check_inputs([call], copies.views, in_place=False)
+    finally:
+        copies.close()
+        call.close()
+
+
+def test_a_staged_copy_is_masked_until_its_call_and_each_rank_unmasks_only_its_own():
+    """Nothing can be computed from a round's inputs while they are staged (tests/fixtures/hostile/
+    precompute_at_stage.py read 7.71x, correct, at world 2 in a CI run before): every byte pattern
+    differs from the inputs until the rank applies its call's key."""
+    call = _call(world=2)
+    copies = stage_copies([call], 2)
+    try:
+        for rank in range(2):
+            changed = changed_inputs(call.inputs[rank].blob, copies.views[rank][0], set())
+            assert [(index, total) for index, _, total in changed] == [(0, 4000), (1, 24)] and changed[0][1] > 3000
+        mask_copy(copies.fds[1][0], call.mask, 0)  # rank 0's stream on rank 1's copy: still garbage
+        assert len(changed_inputs(call.inputs[1].blob, copies.views[1][0], set())) == 2
+        mask_copy(copies.fds[1][0], call.mask, 0)
+        _called(copies, [call])
+        check_inputs([call], copies.views, in_place=False)
+        assert torch.equal(_rank_tensors(copies.fds[1][0])[0], torch.arange(1000, dtype=torch.float32) + 1)
     finally:
         copies.close()
         call.close()
@@ -104,6 +135,7 @@ def test_checking_a_call_leaves_its_copys_atime_as_staging_left_it():
     checked, unchecked = _call(world=1, label=1), _call(world=1, label=2)
     unchecked.expected[0] = None
     copies = stage_copies([checked, unchecked], 1)
+    _called(copies, [checked, unchecked])
     try:
         before = [os.fstat(fd).st_atime_ns for fd in copies.fds[0]]
         time.sleep(0.05)  # past the coarse clock's tick, which stamps atime
