@@ -54,6 +54,6 @@ def apply(torch, tensors: list, key: int, rank: int) -> None:
 def masked(torch, tensors: list, key: int, rank: int) -> list:
     """Masked contiguous copies of ``tensors`` (the originals unchanged; each copy requires grad
     where its original does, which a blob records)."""
-    copies = [tensor.detach().contiguous().clone() for tensor in tensors]
+    copies = [torch.clone(tensor.detach(), memory_format=torch.contiguous_format) for tensor in tensors]
     apply(torch, copies, key, rank)
     return [copy.requires_grad_(tensor.requires_grad) for copy, tensor in zip(copies, tensors)]

@@ -294,3 +294,13 @@ def test_a_warm_harness_collects_the_ranks_of_the_reference_groups_it_ends(box):
         time.sleep(2.0)  # its ranks, killed with it, have ended and been re-parented by now
         zombies = [p for p in harness.children() if p.status() == psutil.STATUS_ZOMBIE]
         assert zombies == [], f"{len(zombies)} ranks of ended groups left as zombies of the harness"
+
+
+def test_the_pool_is_deeper_on_a_gpu_and_one_depth_overrides_every_device(monkeypatch):
+    """Start-ups go on only between timings, and on a GPU host take four or five small
+    evaluations: depth 8 there (sandbox/harness/warm.py), 4 where the start-ups share the cores."""
+    from sandbox.harness import warm
+
+    assert (warm.pool_depth("cuda"), warm.pool_depth("cpu"), warm.pool_depth("emulate")) == (8, 4, 4)
+    monkeypatch.setattr(warm, "DEPTH_OVERRIDE", "2")
+    assert {warm.pool_depth(device) for device in ("cuda", "cpu", "emulate")} == {2}

@@ -79,3 +79,12 @@ def test_a_wrong_key_or_rank_leaves_garbage_not_the_inputs():
         entry = {"tree": tree, "leaves": input_mask.masked(torch, leaves, 7, rank=0), "masked": True, "inputs": None}
         inputs = RankServer._unmasked(SimpleNamespace(torch=torch, rank=rank), entry, key)
         assert not torch.equal(inputs[0], dense)
+
+
+def test_the_warm_up_flushes_as_often_as_asked_then_waits_for_the_device():
+    """``prime``: the warm-up before a timed call, answered only once the device is done with it
+    (outside the parent's clock: pipeline._prime)."""
+    done = []
+    device = SimpleNamespace(flush_l2=lambda count: done.append(("flush", count)), synchronize=lambda: done.append(("sync",)))
+    reply, fds = RankServer.prime(SimpleNamespace(device=device), {"type": "prime", "flushes": 24}, [])
+    assert reply == {"type": "primed"} and fds == [] and done == [("flush", 24), ("sync",)]
