@@ -36,6 +36,8 @@
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1 (throughput_short: 16)
 #   throughput_ab             throughput_short in .baseline (an older tree, carried), then in this tree
 #   throughput_depth          throughput.py (24 evaluations) at each pool depth of DEPTHS (default "4 8 4 8"), interleaved
+#   throughput_keep           throughput.py (24 evaluations) with the reference's time alone kept for each count of KEEPS
+#                             evaluations (default "1 8 1 8"; 1: measured in every one), interleaved
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
@@ -130,6 +132,13 @@ for name in "$@"; do
         part "throughput_${run}_depth$depth" 200 python3 benchmarks/throughput.py --device cuda --world 1 --count 24 \
           --pool-depth "$depth" --out "$OUT/throughput_${run}_depth$depth"
         sed -n '/^throughput:/,$p' "$OUT/throughput_${run}_depth$depth.log"
+      done ;;
+    throughput_keep)
+      for keep in ${KEEPS:-1 8 1 8}; do
+        run=$((run + 1))
+        part "throughput_${run}_keep$keep" 200 python3 benchmarks/throughput.py --device cuda --world 1 --count 24 \
+          --keep-alone "$keep" --out "$OUT/throughput_${run}_keep$keep"
+        sed -n '/^throughput:/,$p' "$OUT/throughput_${run}_keep$keep.log"
       done ;;
     warm_eval) part "$name" 300 python3 benchmarks/warm_eval.py --device cuda --world 1 --runs 8 --json "$OUT/warm_eval.json"
       grep -E "^(first|warm [0-9]+):|   where:" "$OUT/$name.log" | head -18; sed -n '/^warm eval through/,$p' "$OUT/$name.log" ;;

@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--allow-nccl", action="store_true")
     parser.add_argument("--pool-depth", type=int, help="candidate groups started ahead (the harness's KLOOP_WARM_DEPTH; default: its own)")
+    parser.add_argument("--keep-alone", type=int, help="evaluations one measure of the reference's time alone serves (the "
+                        "harness's KLOOP_KEEP_ALONE; 1: measured in every one; default: its own)")
     parser.add_argument("--out", type=Path, help="folder for throughput.json")
     args = parser.parse_args(argv)
 
@@ -56,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     source = args.candidate.read_text()
     walls, statuses, harness = [], [], []
     with tempfile.TemporaryDirectory(prefix="kloop-throughput-cache-") as cache:
-        env = {"KLOOP_CACHE_DIR": cache, **({"KLOOP_WARM_DEPTH": str(args.pool_depth)} if args.pool_depth else {})}
+        env = {"KLOOP_CACHE_DIR": cache, **({"KLOOP_WARM_DEPTH": str(args.pool_depth)} if args.pool_depth else {}),
+               **({"KLOOP_KEEP_ALONE": str(args.keep_alone)} if args.keep_alone else {})}
         with LocalSandbox(env=env) as box, WarmEvaluator(box) as warm:
             for index in range(args.count + 1):
                 started = time.monotonic()
@@ -70,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                 if report.reference_timing and report.reference_alone_ms:
                     slowed = any("slower beside the candidate" in note for note in report.notes)
                     ratio = report.reference_timing.median_ms / report.reference_alone_ms
-                    print(f"   speedup {report.speedup}, reference beside/alone {ratio:.3f}{', taken against alone' if slowed else ''}",
-                          flush=True)
+                    age = "" if report.reference_alone_age_s is None else f" (alone measured {report.reference_alone_age_s:.1f} s before)"
+                    print(f"   speedup {report.speedup}, reference beside/alone {ratio:.3f}{age}"
+                          f"{', taken against alone' if slowed else ''}", flush=True)
                 if report.status != "correct":
                     print(f"   {report.message[:300]}", flush=True)
     warm_walls = walls[1:]
@@ -81,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(["warm", len(warm_walls), round(statistics.median(warm_walls), 3), round(max(warm_walls), 3), round(total, 2),
                      round(60.0 * len(warm_walls) / total, 1)])
     options = "".join([f", timed (precision {args.timing_precision:g})" if args.timed else "", ", profiled" if args.profile else "",
-                       f", pool depth {args.pool_depth}" if args.pool_depth else ""])
+                       f", pool depth {args.pool_depth}" if args.pool_depth else "",
+                       f", reference alone kept for {args.keep_alone}" if args.keep_alone else ""])
     print_table(f"throughput: {problem.name}, {args.candidate.name}, {args.device}, world {args.world}, {args.trials} trials{options} "
                 f"(goal <= {GOAL_PER_EVAL_S} s each, >= {GOAL_PER_MIN:.0f}/min)",
                 ["evaluations", "n", "median_s", "max_s", "total_s", "per_min"], rows)

@@ -230,6 +230,9 @@ class EvalReport(ReportModel):
     reference_alone_ms: float | None = Field(None, description="the reference's median call timed alone, before any "
                                              "candidate code ran; the speedup is taken against it when the reference ran "
                                              "much slower beside the candidate")
+    reference_alone_age_s: float | None = Field(None, description="how long before this evaluation's build stage the "
+                                                "reference's time alone was measured, where a long-lived harness's kept "
+                                                "reference group had it from an earlier evaluation; None: measured in this one")
     candidate_timing: Timing | None = None
     speedup: float | None = Field(None, description="reference median / candidate median; only on correct reports")
     speedup_ci: list[float] | None = Field(None, description="95% bootstrap interval of the speedup over the timed rounds")

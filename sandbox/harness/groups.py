@@ -106,6 +106,7 @@ class RankGroup:
         self.flushes = 0  # L2 flushes that keep its GPUs busy before a timed call, as its ranks measured (the most)
         self.loaded = False  # its module is imported (a reference group kept warm stays loaded)
         self.healthy = True  # nothing went wrong with it (only a healthy reference group is kept)
+        self.kept_alone: dict[tuple, Any] = {}  # a kept reference group's time alone, by timing plan (sandbox/harness/warm.py)
         self.workdir: Path | None = None
         self.stopped_for: str | None = None  # why the harness stopped a rank of this group on its own (memory)
         self.memory_watch: MemoryWatch | None = None

@@ -45,7 +45,7 @@ from sandbox.harness.seeds import host_secret
 from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
 from sandbox.harness.verdict import Verdict
-from sandbox.harness.warm import FreshGroups
+from sandbox.harness.warm import FreshGroups, drop_alone, keep_alone, kept_alone
 from sandbox.nvml import gpu_model_name
 from sandbox.rank import commitment, wire
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
@@ -318,16 +318,24 @@ class Evaluation:
         round stages the same inputs afresh: the reference is not the one that could gain from
         seeing them again, and each round's staged copy is new memory either way; the reference
         makes a round's inputs once instead of once a round (at 64 MiB a call, 4 blobs instead of
-        20, each 64 MiB of fresh host pages)."""
+        20, each 64 MiB of fresh host pages). A kept reference group of a long-lived harness may
+        have it from an earlier evaluation (sandbox/harness/warm.py KEEP_ALONE)."""
         size, target = self._round_size
-        series = self.reference_alone = timing.Series(self._empty_interval_ms)
-        counts = [min(max(self.config.warmup, 1), size)] + [size] * max(MIN_ROUNDS, -(-target // size))
-        with self._made(self.plan.fresh_keys(size), set(), list(range(1900, 1900 + size))) as calls:
-            for index, count in enumerate(counts):  # as many calls as the interleaved timing plans: one round read as
-                record = self._timed_round(self.reference, calls[:count], [])  # slowed an honest candidate's reference
-                if index:  # (a 1.39x spread over 5 jobs on the H200)
-                    series.rounds.append(record)
-        self.report.reference_alone_ms = round(statistics.median(series.steps()), 6)
+        plan = (size, target, self.config.warmup)
+        kept = kept_alone(self.reference, plan, self.config.device)
+        if kept is not None:
+            self.reference_alone = timing.Series(self._empty_interval_ms, list(kept.rounds))
+            self.report.reference_alone_age_s = round(time.monotonic() - kept.measured_at, 3)
+        else:
+            series = self.reference_alone = timing.Series(self._empty_interval_ms)
+            counts = [min(max(self.config.warmup, 1), size)] + [size] * max(MIN_ROUNDS, -(-target // size))
+            with self._made(self.plan.fresh_keys(size), set(), list(range(1900, 1900 + size))) as calls:
+                for index, count in enumerate(counts):  # as many calls as the interleaved timing plans: one round read as
+                    record = self._timed_round(self.reference, calls[:count], [])  # slowed an honest candidate's reference
+                    if index:  # (a 1.39x spread over 5 jobs on the H200)
+                        series.rounds.append(record)
+            keep_alone(self.reference, plan, series.rounds)
+        self.report.reference_alone_ms = round(statistics.median(self.reference_alone.steps()), 6)
 
     def _candidate_path(self) -> list[str]:
         paths = [str(self.candidate_dir)]
@@ -604,6 +612,7 @@ class Evaluation:
         beside, alone = self.report.reference_timing.median_ms, self.report.reference_alone_ms
         if not alone or not self._slowed(beside_series):
             return beside
+        drop_alone(self.reference)  # measured again in the next evaluation: the candidate, or a machine that changed pace
         self.report.notes.append(f"the reference ran {beside / alone:.2f}x slower beside the candidate ({beside:.4f} ms a call) than "
                                  f"alone before the candidate was loaded ({alone:.4f} ms): the speedup is taken against the "
                                  "reference alone (work left running on the device or the host between calls slows the reference)")

@@ -6,7 +6,8 @@ sandbox.harness.serve``, for batches and the service): it keeps candidate groups
 (their jails made, torch imported, device and process group ready) so an evaluation begins with
 its ranks waiting, and it ends each group after its one candidate: a process that ran candidate
 code is never reused. The reference's group, trusted code, is kept from one
-evaluation of the same problem and shape to the next unless anything went wrong with it.
+evaluation of the same problem and shape to the next unless anything went wrong with it, and with
+it, on a GPU, the reference's time alone (``KeptAlone``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,47 @@ MAX_POOLED_RANKS = 16  # ranks started ahead in all, over every kind (each holds
 # torch and up to 512 MiB of expected outputs a rank, and a batch over many problems would keep one group for each
 MAX_KEPT_REFERENCE_RANKS = 8
 MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for each rank of a group started ahead
+# evaluations in all that one measure of the reference's time alone serves in a kept reference group, by device (else
+# 1: measured in every evaluation), for at most KEEP_ALONE_S. It is the yardstick against which an evaluation tells whether
+# its candidate slowed the reference down (sandbox/harness/pipeline.py _slowed), taken before any candidate code ran: in
+# an earlier evaluation of the same group that still holds, for the processes and the device are the same and every
+# candidate group handed back has ended before the next evaluation begins. On an H100 host it was a third of a warm
+# evaluation's harness work: a warm-up and 64 calls, each after its 2 ms flush. An evaluation that finds the reference
+# slowed beside its candidate drops it (``drop_alone``), so a change of the machine's pace is measured again at once.
+# On the host CPU, where the load comes and goes, it is measured every time.
+KEEP_ALONE = {"cuda": 8}
+KEEP_ALONE_S = 300.0
+KEEP_ALONE_OVERRIDE = os.environ.get("KLOOP_KEEP_ALONE")  # one count for every device: for A/B runs and tests
+
+
+@dataclass
+class KeptAlone:
+    """The reference's timed rounds alone (raw claims: each evaluation subtracts its own empty
+    interval), when they were measured (``time.monotonic``), how many evaluations they served."""
+
+    rounds: list
+    measured_at: float
+    uses: int = 1
+
+
+def kept_alone(group: RankGroup, plan: tuple, device: str) -> KeptAlone | None:
+    """``group``'s time alone for this timing ``plan``, counted as used once more, if it may still
+    serve; else None (measure it, then ``keep_alone``)."""
+    kept = group.kept_alone.get(plan)
+    most = int(KEEP_ALONE_OVERRIDE) if KEEP_ALONE_OVERRIDE else KEEP_ALONE.get(device, 1)
+    if kept is None or kept.uses >= most or time.monotonic() - kept.measured_at > KEEP_ALONE_S:
+        group.kept_alone.pop(plan, None)
+        return None
+    kept.uses += 1
+    return kept
+
+
+def keep_alone(group: RankGroup, plan: tuple, rounds: list) -> None:
+    group.kept_alone[plan] = KeptAlone(list(rounds), time.monotonic())
+
+
+def drop_alone(group: RankGroup) -> None:
+    group.kept_alone.clear()
 
 
 @dataclass(frozen=True)

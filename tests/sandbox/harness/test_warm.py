@@ -304,3 +304,42 @@ def test_the_pool_is_deeper_on_a_gpu_and_one_depth_overrides_every_device(monkey
     assert (warm.pool_depth("cuda"), warm.pool_depth("cpu"), warm.pool_depth("emulate")) == (8, 4, 4)
     monkeypatch.setattr(warm, "DEPTH_OVERRIDE", "2")
     assert {warm.pool_depth(device) for device in ("cuda", "cpu", "emulate")} == {2}
+
+
+def test_a_kept_reference_group_times_the_reference_alone_once_for_several_evaluations(tmp_path):
+    """With the time alone kept for 3 evaluations (KLOOP_KEEP_ALONE, on a GPU by default 8): the
+    first evaluation measures it, the next two take it (its age in their reports, the same median),
+    the fourth measures it afresh. Every one is timed and correct."""
+    from sandbox.backends import LocalSandbox
+    from sandbox.evaluate import WarmEvaluator
+
+    config = _config(timed=True, iterations=10, warmup=1)
+    env = {"KLOOP_CACHE_DIR": str(tmp_path / "cache"), "KLOOP_KEEP_ALONE": "3"}
+    with LocalSandbox(env=env) as box, WarmEvaluator(box) as warm:
+        reports = [warm.evaluate(source("all_reduce_fp32"), config) for _ in range(4)]
+    assert [r.status for r in reports] == ["correct"] * 4, [r.message for r in reports]
+    ages = [r.reference_alone_age_s for r in reports]
+    assert ages[0] is None and ages[3] is None, ages
+    assert 0 < ages[1] < ages[2], ages
+    assert reports[1].reference_alone_ms == reports[2].reference_alone_ms == reports[0].reference_alone_ms
+    assert all(r.reference_alone_ms for r in reports)
+
+
+def test_the_time_alone_serves_its_count_its_age_and_until_a_slowed_reference_drops_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from sandbox.harness import warm
+
+    group, plan = SimpleNamespace(kept_alone={}), (16, 64, 1)
+    assert warm.kept_alone(group, plan, "cuda") is None  # nothing measured yet
+    warm.keep_alone(group, plan, ["round"])
+    assert [warm.kept_alone(group, plan, "cuda") is not None for _ in range(8)] == [True] * 7 + [False]  # 8 in all
+    assert warm.kept_alone(group, plan, "cpu") is None  # on the host CPU: measured every time
+    warm.keep_alone(group, plan, ["round"])
+    assert warm.kept_alone(group, (16, 32, 1), "cuda") is None  # another timing plan
+    assert warm.kept_alone(group, plan, "cuda").rounds == ["round"]
+    warm.drop_alone(group)
+    assert warm.kept_alone(group, plan, "cuda") is None
+    warm.keep_alone(group, plan, ["round"])
+    monkeypatch.setattr(warm.time, "monotonic", lambda: group.kept_alone[plan].measured_at + warm.KEEP_ALONE_S + 1)
+    assert warm.kept_alone(group, plan, "cuda") is None  # too old
