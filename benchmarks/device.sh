@@ -5,6 +5,7 @@
 #   gpu_tests                 tests/sandbox/harness/test_harness_gpu.py: symmetric-memory candidate, races, cuda mode, compile errors
 #   jail_gpu                  tests/sandbox/jail/test_jail_gpu.py: cuda devices, FileStore group and symmetric memory inside the jail
 #   wire_gpu                  tests/sandbox/rank/test_wire_gpu.py, test_device_share_gpu.py: blobs staged page-locked and from pageable memory; device blobs, in a jail too
+#   masking                   tests/sandbox/harness/test_reference_make_gpu.py: inputs made on a GPU masked as device and as memfd blobs
 #   commitment                tests/sandbox/rank/test_commitment_gpu.py, then benchmarks/commitment_cost.py (leaf sizes 4, 8, 16 KiB)
 #   blob_memory               benchmarks/blob_memory.py: a blob's host memory (fresh memfd pages, by how they are written)
 #   extension_build           benchmarks/extension_build.py --phases: a torch extension's cold build, load_inline's layout vs kloop's (about 6 min)
@@ -77,6 +78,7 @@ for name in "$@"; do
     gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
     jail_gpu) part "$name" 200 $PYTEST tests/sandbox/jail/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
     wire_gpu) part "$name" 150 $PYTEST tests/sandbox/rank/test_wire_gpu.py tests/sandbox/rank/test_device_share_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-300 ;;
+    masking) part "$name" 150 $PYTEST tests/sandbox/harness/test_reference_make_gpu.py; grep -E "^reference inputs" "$OUT/$name.log" | cut -c1-400 ;;
     commitment) part "$name" 120 $PYTEST tests/sandbox/rank/test_commitment_gpu.py; grep -E "^commitment of" "$OUT/$name.log"
       timeout 120 python3 benchmarks/commitment_cost.py --mib 1 16 64 128 --leaf-kib 4 8 16 > "$OUT/commitment_cost.log" 2>&1
       sed -n '/^MISMATCH/p; /^commitment cost/,$p' "$OUT/commitment_cost.log" ;;

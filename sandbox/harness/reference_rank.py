@@ -5,7 +5,8 @@ names by a secret key it draws the call's inputs and writes them into a blob, th
 which a candidate ever sees them: on a GPU a device blob (``wire.write_device_blob``), whose
 bytes stay in device memory, masked until the call begins (sandbox/rank/input_mask.py), in one
 allocation lent to the candidate's rank and one that only this group stages from (a candidate
-that writes what it was lent changes nothing anyone else reads); elsewhere a sealed memfd. For
+that writes what it was lent changes nothing anyone else reads); where the driver refuses device
+blobs, a sealed memfd of the same masked bytes; off a GPU a sealed memfd. For
 the calls the parent will check, it also runs the reference twice, in the problem's dtype and on
 upcast inputs, and sends the upcast outputs (what a solution must match) with the native run's
 own error (how far a solution may be off), the final state of any input the reference updates in
@@ -106,20 +107,23 @@ class ReferenceServer(RankServer):
         return {"type": "made", "calls": described}, [fd for fds in held for fd in fds]
 
     def _input_blob(self, tree: Any, tensors: list, entry: dict[str, Any], mask: int | None) -> list[int]:
-        """The call's input blob: on a GPU a device blob of its inputs masked with ``mask``
-        (sandbox/rank/input_mask.py), in both copies: both groups remove the mask at the call."""
+        """The call's input blob: made on a GPU, its inputs masked with ``mask``
+        (sandbox/rank/input_mask.py), as a device blob in both copies (both groups remove the mask
+        at the call), or a memfd blob where the driver refuses device blobs; off a GPU a memfd blob."""
+        if self.device.device.type != "cuda":
+            return [wire.write_blob(tree, tensors, name="inputs")]
+        if not isinstance(mask, int):
+            raise ValueError("inputs made on a GPU need their call's mask key")
+        masked = input_mask.masked(self.torch, tensors, mask, self.rank)
         if self.on_device:
-            if not isinstance(mask, int):
-                raise ValueError("inputs made as device memory need their call's mask key")
             try:
-                masked = input_mask.masked(self.torch, tensors, mask, self.rank)
                 fds = list(wire.write_device_blob(tree, masked, self.device.device.index or 0, copies=2))  # lent, kept
                 entry["device"] = True
                 return fds
             except device_share.DeviceShareError as error:  # no VMM here: memfd blobs from now on
                 log.warning("device_blobs_refused", error=str(error))
                 self.on_device = False
-        return [wire.write_blob(tree, tensors, name="inputs")]
+        return [wire.write_blob(tree, masked, name="inputs")]
 
     def _expected(self, tree: Any, leaves: list, rng: int, include_native: bool) -> tuple[list[int], dict[str, Any]]:
         from sandbox.harness.trees import nearly_constant
