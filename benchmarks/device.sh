@@ -37,7 +37,7 @@
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1 (throughput_short: 16)
 #   throughput_ab             throughput_short in .baseline (an older tree, carried), then in this tree
 #   throughput_depth          throughput.py (24 evaluations) at each pool depth of DEPTHS (default "4 8 4 8"), interleaved
-#   throughput_keep           throughput.py (24 evaluations) with the reference's time alone kept for each count of KEEPS
+#   throughput_keep           throughput.py (KEEP_COUNT evaluations, default 24) with the reference's time alone kept for each count of KEEPS
 #                             evaluations (default "1 8 1 8"; 1: measured in every one), interleaved
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
@@ -138,7 +138,7 @@ for name in "$@"; do
     throughput_keep)
       for keep in ${KEEPS:-1 8 1 8}; do
         run=$((run + 1))
-        part "throughput_${run}_keep$keep" 200 python3 benchmarks/throughput.py --device cuda --world 1 --count 24 \
+        part "throughput_${run}_keep$keep" 200 python3 benchmarks/throughput.py --device cuda --world 1 --count "${KEEP_COUNT:-24}" \
           --keep-alone "$keep" --out "$OUT/throughput_${run}_keep$keep"
         sed -n '/^throughput:/,$p' "$OUT/throughput_${run}_keep$keep.log"
       done ;;
