@@ -3,25 +3,11 @@ every call's inputs are made before any expectation, so the order in which it ke
 busy says how many of a round's calls are checked, never which; the reply still carries each
 call's descriptors in the call's order."""
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
+from tests.support.reference_rank import run
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-SCRIPT = textwrap.dedent("""
-    import json, os, sys
-    from problems import get_problem
-    from sandbox.harness.reference_rank import ReferenceServer
+BODY = """
     from sandbox.harness.calls import Expected
 
-    problem = get_problem("all_reduce")
-    config = {"rank": 0, "world": 1, "mode": "cpu", "dtype": problem.spec.dtype, "shape": problem.shape("small"),
-              "store": os.path.join(sys.argv[1], "store"), "collectives": True, "problem_ref": problem.ref}
-    server = ReferenceServer(None, config)
-    server.load({"type": "load"}, [])
     order = []
     for name in ("_input_blob", "_expected"):
         def recording(*args, _name=name, _real=getattr(server, name)):
@@ -36,14 +22,11 @@ SCRIPT = textwrap.dedent("""
         os.close(fds.pop(0))  # the call's input blob (a memfd on the CPU)
         read.append(Expected.read(summary, fds).expected[0].shape[0] if summary["expect"] else None)
     print(json.dumps({"order": order, "expect": [c["expect"] for c in reply["calls"]], "read": read, "left": len(fds)}))
-""")
+"""
 
 
 def test_a_make_makes_every_input_before_any_expectation(tmp_path):
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT})
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run(BODY, "cpu", tmp_path)
     assert result["order"] == ["_input_blob"] * 4 + ["_expected"] * 2  # call by call, it was input, input+expected, input, ...
     assert result["expect"] == [False, True, False, True] and result["left"] == 0
     assert result["read"][0] is None and result["read"][1] == result["read"][3] == 12_288  # each expectation after its own inputs

@@ -7,28 +7,13 @@ what makes the rank unmask). One real reference rank (rank 0 of 1, cuda) in a pr
     python -m pytest -m gpu tests/sandbox/harness/test_reference_make_gpu.py -s
 """
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
+from tests.support.reference_rank import run
+
 pytestmark = pytest.mark.gpu
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-SCRIPT = textwrap.dedent("""
-    import json, os, sys
-    import torch
-    from problems import get_problem
-    from sandbox.harness.reference_rank import ReferenceServer
-
-    problem = get_problem("all_reduce")
-    config = {"rank": 0, "world": 1, "mode": "cuda", "dtype": problem.spec.dtype, "shape": problem.shape("small"),
-              "store": os.path.join(sys.argv[1], "store"), "collectives": True, "problem_ref": problem.ref}
-    server = ReferenceServer(None, config)
-    server.load({"type": "load"}, [])
+BODY = """
     key, mask, round_id, result = 4242, 987654321, 0, {}
 
     def staged(device_blobs, flag):
@@ -51,14 +36,11 @@ SCRIPT = textwrap.dedent("""
         result[name] = {"device_blob": device, "staged_is_clear": bool(torch.equal(as_staged, clear)),
                         "call_sees_clear": bool(torch.equal(inputs, clear)), "on": inputs.device.type}
     print(json.dumps(result))
-""")
+"""
 
 
 def test_inputs_made_on_a_gpu_stay_masked_until_the_call_through_device_or_memfd_blobs(tmp_path):
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])})
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run(BODY, "cuda", tmp_path)
     print(f"reference inputs on a GPU: {result}")
     assert result["device"] == {"device_blob": True, "staged_is_clear": False, "call_sees_clear": True, "on": "cuda"}
     assert result["memfd"] == {"device_blob": False, "staged_is_clear": False, "call_sees_clear": True, "on": "cuda"}
