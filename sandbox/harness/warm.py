@@ -56,8 +56,9 @@ MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for e
 # 1: measured in every evaluation), for at most KEEP_ALONE_S. It is the yardstick against which an evaluation tells whether
 # its candidate slowed the reference down (sandbox/harness/pipeline.py _slowed), taken before any candidate code ran: in
 # an earlier evaluation of the same group that still holds, for the processes and the device are the same and every
-# candidate group handed back has ended before the next evaluation begins. On an H100 host it was a third of a warm
-# evaluation's harness work: a warm-up and 64 calls, each after its 2 ms flush. An evaluation that finds the reference
+# candidate group handed back has ended before the next evaluation begins. It is a warm-up round and 64 calls, each after
+# its 2 ms flush: on an H100 host on 2026-12-05 the build stage (this and the calibration) took 0.5-0.6 s of a warm
+# evaluation's 1.65-2.3 s (benchmarks/throughput.py, world 1, all_reduce). An evaluation that finds the reference
 # slowed beside its candidate drops it (``drop_alone``), so a change of the machine's pace is measured again at once.
 # On the host CPU, where the load comes and goes, it is measured every time.
 KEEP_ALONE = {"cuda": 8}
