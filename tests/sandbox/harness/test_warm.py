@@ -321,7 +321,12 @@ def test_a_kept_reference_group_times_the_reference_alone_once_for_several_evalu
     ages = [r.reference_alone_age_s for r in reports]
     assert ages[0] is None and ages[3] is None, ages
     assert 0 < ages[1] < ages[2], ages
-    assert reports[1].reference_alone_ms == reports[2].reference_alone_ms == reports[0].reference_alone_ms
+    # the same rounds, less each evaluation's own empty interval (one rank: the median moves by its difference at most, and
+    # both are rounded to 6 places)
+    first = reports[0]
+    for kept in reports[1:3]:
+        moved = abs(kept.reference_timing.sync_overhead_ms - first.reference_timing.sync_overhead_ms)
+        assert abs(kept.reference_alone_ms - first.reference_alone_ms) <= moved + 1e-5, (kept.reference_alone_ms, first.reference_alone_ms)
     assert all(r.reference_alone_ms for r in reports)
 
 
