@@ -321,10 +321,10 @@ class Evaluation:
         20, each 64 MiB of fresh host pages). A kept reference group of a long-lived harness may
         have it from an earlier evaluation (sandbox/harness/warm.py KEEP_ALONE)."""
         size, target = self._round_size
-        plan = (size, target, self.config.warmup)
+        plan = (size, target)  # the rounds kept: the warm-up round is not
         kept = kept_alone(self.reference, plan, self.config.device)
         if kept is not None:
-            self.reference_alone = timing.Series(self._empty_interval_ms, list(kept.rounds))
+            self.reference_alone = timing.Series(self._empty_interval_ms, kept.rounds)
             self.report.reference_alone_age_s = round(time.monotonic() - kept.measured_at, 3)
         else:
             series = self.reference_alone = timing.Series(self._empty_interval_ms)
@@ -407,9 +407,11 @@ class Evaluation:
             fds = [[fd for call in calls for fd in call.inputs[rank].for_group(trusted=group is self.reference)]
                    for rank in range(self.config.world)]
         started = time.perf_counter()
-        # made on a GPU, a call's inputs come masked whatever their form (sandbox/harness/reference_rank.py _input_blob)
-        answers = group.ask({"type": "stage", "round": round_id, "shared": shared, "masked": self.config.device == "cuda"},
-                            m.Staged, self.config.timeouts.correctness_s, stage, fds=fds)
+        # masked until the call: the shared copies above, and on a GPU whatever the reference made (device blobs, or
+        # memfds where the driver refuses them: sandbox/harness/reference_rank.py _input_blob); emulation's are not
+        masked = shared or self.config.device == "cuda"
+        answers = group.ask({"type": "stage", "round": round_id, "shared": shared, "masked": masked}, m.Staged,
+                            self.config.timeouts.correctness_s, stage, fds=fds)
         wall = (time.perf_counter() - started) * 1000.0
         self._checked(group, answers)
         return wall

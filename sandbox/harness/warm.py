@@ -40,7 +40,21 @@ PREFETCH_READY_S = 180.0
 # very cores the evaluations need; emulation (every rank a context on one GPU) was not measured.
 POOL_DEPTH = {"cuda": 8}
 DEFAULT_POOL_DEPTH = 4
-DEPTH_OVERRIDE = os.environ.get("KLOOP_WARM_DEPTH")  # one depth for every device: for A/B runs of the pool
+
+
+def env_count(name: str) -> int | None:
+    """A positive count from the environment variable ``name``; None where it is unset, or is
+    not one (said in the log: the harness goes on with its own default)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    log.warning("ignored: not a positive whole number", variable=name, value=text[:40])
+    return None
+
+
+DEPTH_OVERRIDE = env_count("KLOOP_WARM_DEPTH")  # one depth for every device: for A/B runs of the pool
 
 
 def pool_depth(device: str) -> int:
@@ -63,7 +77,7 @@ MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for e
 # On the host CPU, where the load comes and goes, it is measured every time.
 KEEP_ALONE = {"cuda": 8}
 KEEP_ALONE_S = 300.0
-KEEP_ALONE_OVERRIDE = os.environ.get("KLOOP_KEEP_ALONE")  # one count for every device: for A/B runs and tests
+KEEP_ALONE_OVERRIDE = env_count("KLOOP_KEEP_ALONE")  # one count for every device: for A/B runs and tests
 
 
 @dataclass
@@ -89,7 +103,7 @@ def kept_alone(group: RankGroup, plan: tuple, device: str) -> KeptAlone | None:
 
 
 def keep_alone(group: RankGroup, plan: tuple, rounds: list) -> None:
-    group.kept_alone[plan] = KeptAlone(list(rounds), time.monotonic())
+    group.kept_alone[plan] = KeptAlone(rounds, time.monotonic())
 
 
 def drop_alone(group: RankGroup) -> None:

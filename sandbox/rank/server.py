@@ -121,18 +121,17 @@ class RankServer:
         """Inputs of a round's calls, one blob each (a device blob followed by its device memory),
         made into tensors on this rank's device; with ``shared`` (CPU only), views of the parent's
         own copies, which it compares after the call with what it staged (a rank cannot hide a
-        write to its inputs by what it says). Both come masked (sandbox/rank/input_mask.py), and so
-        does a memfd blob made on a GPU (``masked``: where the driver refused device blobs): their
-        tensors become inputs only when their call's message brings the key (a shared copy is
-        unmasked in place, where the parent reads it)."""
+        write to its inputs by what it says). Where the parent says ``masked`` (both of those, and a
+        memfd blob made on a GPU whose driver refused device blobs) they come masked
+        (sandbox/rank/input_mask.py): their tensors become inputs only when their call's message
+        brings the key (a shared copy is unmasked in place, where the parent reads it)."""
         calls = []
-        shared, made_masked = bool(message.get("shared")), bool(message.get("masked"))
+        shared, masked = bool(message.get("shared")), bool(message.get("masked"))
         given = iter(fds)
         for fd in given:
             with wire.Blob(fd, MAX_INPUT_BLOB_BYTES, shared=shared) as blob:
                 device_fd = next(given, None) if blob.device_bytes is not None else None
                 tensors = blob.tensors(None if shared else self.device.device, device_fd)
-                masked = blob.device_bytes is not None or shared or made_masked
                 calls.append({"tree": blob.tree, "leaves": tensors, "masked": masked,
                               "inputs": None if masked else wire.decode_tree(blob.tree, tensors)})
         self.device.synchronize()

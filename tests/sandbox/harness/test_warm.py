@@ -348,3 +348,15 @@ def test_the_time_alone_serves_its_count_its_age_and_until_a_slowed_reference_dr
     warm.keep_alone(group, plan, ["round"])
     monkeypatch.setattr(warm.time, "monotonic", lambda: group.kept_alone[plan].measured_at + warm.KEEP_ALONE_S + 1)
     assert warm.kept_alone(group, plan, "cuda") is None  # too old
+
+
+def test_a_count_from_the_environment_that_is_not_one_is_ignored(monkeypatch):
+    """KLOOP_WARM_DEPTH and KLOOP_KEEP_ALONE: a typo leaves the harness on its defaults, never
+    crashes it."""
+    from sandbox.harness import warm
+
+    for value, expected in (("3", 3), (" 12 ", 12), ("", None), ("0", None), ("-2", None), ("eight", None), ("2.5", None)):
+        monkeypatch.setenv("KLOOP_TEST_COUNT", value)
+        assert warm.env_count("KLOOP_TEST_COUNT") == expected, value
+    monkeypatch.delenv("KLOOP_TEST_COUNT")
+    assert warm.env_count("KLOOP_TEST_COUNT") is None
