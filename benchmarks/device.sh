@@ -10,10 +10,12 @@
 #   blob_memory               benchmarks/blob_memory.py: a blob's host memory (fresh memfd pages, by how they are written)
 #   extension_build           benchmarks/extension_build.py --phases: a torch extension's cold build, load_inline's layout vs kloop's (about 6 min)
 #   reference_call            benchmarks/reference_call_noise.py: the all_reduce reference's call, timed as a rank does, in 4 processes, then 4 pinned to a CPU
+#   sync_modes                benchmarks/sync_modes.py: a rank's timed interval in fresh processes by the context's scheduling flag (SYNC_PROCESSES each)
 #   staging                   benchmarks/staging.py: a call's inputs staged to the GPU, by how the blob is mapped
 #   timing_noise              benchmarks/timing_noise.py: idle gaps, retained outputs, CPU placement (suspects of timing noise)
 #   hostile_emulate           tests/sandbox/harness/test_hostile_gpu.py, emulate mode at worlds 2 and 4 (correctness only)
 #   hostile_cuda              tests/sandbox/harness/test_hostile_gpu.py, cuda mode at world 1 (timed; run it alone on the GPU)
+#   hostile_memfd             the same file's staging attacks and honest copies with inputs in memory files (KLOOP_INPUT_BLOBS=memfd)
 #   probe                     benchmarks/gpu_probe.py: one line per case with stages and where the harness time went
 #   bash_gpu                  tests/agent/bash/test_bash_gpu.py: bash mode, scripted:bash-demo-cuda in emulate (world 2) and cuda (world 1)
 #   oracles_w4 / oracles_w8   every oracle in emulation, 500 back-to-back calls
@@ -31,7 +33,7 @@
 #   service_cpu               kloop serve, 6 CPU slots: 200 CPU evaluations from 20 API clients (none lost or duplicated, p50/p99)
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/problems/test_suite_gpu.py)
 # Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
-#   vs_pkb                    benchmarks/vs_pkb.py: PKB's run_local vs kloop eval, cold and warm, one file (about 5 min)
+#   vs_pkb                    benchmarks/vs_pkb.py --server: PKB's run_local vs kloop eval (and through kloop serve), cold and warm, one file (about 6 min)
 #   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1 (throughput_short: 16)
@@ -86,8 +88,11 @@ for name in "$@"; do
     timing_noise) part "$name" 120 python3 benchmarks/timing_noise.py; grep -vE "^\s*$" "$OUT/$name.log" | tail -20 ;;
     blob_memory) part "$name" 90 python3 benchmarks/blob_memory.py --threads 2 4 8; sed -n '/^a blob/,$p' "$OUT/$name.log" ;;
     extension_build) part "$name" 560 python3 benchmarks/extension_build.py --phases; sed -n '/^cold builds/,$p' "$OUT/$name.log" ;;
+    sync_modes) part "$name" 240 python3 benchmarks/sync_modes.py --processes "${SYNC_PROCESSES:-5}" --json "$OUT/sync_modes.json"
+      grep -E "^process=" "$OUT/$name.log" | cut -c1-300; sed -n '/^medians over/,$p' "$OUT/$name.log" ;;
     reference_call) part "$name" 120 python3 benchmarks/reference_call_noise.py --processes 4 --pinned; sed -n '/^a rank/,$p' "$OUT/$name.log" ;;
     hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
+    hostile_memfd) part "$name" 240 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k memory_files; grep -E " cuda w1: |   timing check" "$OUT/$name.log" | cut -c1-400 ;;
     hostile_cuda) part "$name" 420 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: |   timing check" "$OUT/$name.log" | cut -c1-700 ;;
     probe) part "$name" 90 python3 benchmarks/gpu_probe.py --json "$OUT/probe.json"; grep -vE "^\s*log|^      " "$OUT/$name.log" | cut -c1-300 ;;
     bash_gpu) part "$name" 560 $PYTEST tests/agent/bash/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
@@ -113,7 +118,7 @@ for name in "$@"; do
       sed -n '/^eval latency/,$p' "$OUT/latency_baseline.log"
       part latency_new 150 python3 $latency
       sed -n '/^eval latency/,$p' "$OUT/latency_new.log" ;;
-    vs_pkb) part "$name" 570 python3 benchmarks/vs_pkb.py --pkb-root .pkb --timeout-s 280 --out "$OUT/vs_pkb"
+    vs_pkb) part "$name" 570 python3 benchmarks/vs_pkb.py --pkb-root .pkb --server --timeout-s 280 --out "$OUT/vs_pkb"
       sed -n '/^ParallelKernelBench vs kloop/,$p' "$OUT/$name.log" ;;
     pkb_refs) part "$name" 540 python3 benchmarks/pkb_references.py --pkb-root .pkb --device cuda --world 1 --timeout-s 120 \
         --out /tmp/pkb_refs --resume

@@ -20,9 +20,13 @@ import time
 from pathlib import Path
 
 from common import ROOT, HarnessConfig, LocalSandbox, print_table
+from machine_watch import MachineWatch, line
 
 GOAL_PER_MIN = 40.0
 GOAL_PER_EVAL_S = 1.0
+# each evaluation's timing, kept in throughput.json: what moves when one reads far from the others
+TIMING_FIELDS = {"speedup", "speedup_ci", "reference_timing", "candidate_timing", "reference_alone_ms", "reference_alone_age_s",
+                 "timing_check", "harness_breakdown_s"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,20 +60,23 @@ def main(argv: list[str] | None = None) -> int:
                            world=args.world, device=args.device, trials=args.trials, timed=args.timed, profile=args.profile,
                            allow_nccl=args.allow_nccl, size=args.size, timing_precision=args.timing_precision)
     source = args.candidate.read_text()
-    walls, statuses, harness = [], [], []
+    walls, statuses, harness, timings, machine = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="kloop-throughput-cache-") as cache:
         env = {"KLOOP_CACHE_DIR": cache, **({"KLOOP_WARM_DEPTH": str(args.pool_depth)} if args.pool_depth else {}),
                **({"KLOOP_KEEP_ALONE": str(args.keep_alone)} if args.keep_alone else {})}
-        with LocalSandbox(env=env) as box, WarmEvaluator(box) as warm:
+        with LocalSandbox(env=env) as box, WarmEvaluator(box) as warm, MachineWatch() as watch:
             for index in range(args.count + 1):
                 started = time.monotonic()
                 report = warm.evaluate(source, config)
                 walls.append(time.monotonic() - started)
+                machine.append(watch.window(started, started + walls[-1]))
                 statuses.append(report.status)
                 harness.append(report.stage_wall_s)
+                timings.append(report.model_dump(include=TIMING_FIELDS, mode="json"))
                 label = "first" if index == 0 else f"{index}/{args.count}"
                 print(f"evaluation {label}: {report.status} in {walls[-1]:.2f} s (stages {report.stage_wall_s})", flush=True)
                 print(f"   where: {dict(list(report.harness_breakdown_s.items())[:6])}", flush=True)
+                print(f"   machine: {line(machine[-1])}", flush=True)
                 if report.reference_timing and report.reference_alone_ms:
                     slowed = any("slower beside the candidate" in note for note in report.notes)
                     ratio = report.reference_timing.median_ms / report.reference_alone_ms
@@ -96,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "throughput.json").write_text(json.dumps({
             "problem": problem.name, "device": args.device, "world": args.world, "walls_s": walls, "statuses": statuses,
-            "stages": harness, "per_min": rows[-1][-1], "median_s": rows[-1][2]}, indent=2))
+            "stages": harness, "timings": timings, "machine": machine, "per_min": rows[-1][-1], "median_s": rows[-1][2]}, indent=2))
     return 0 if correct == len(statuses) else 1
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from common import clock_line, evaluate, print_table, problems_with_oracles
+from machine_watch import MachineWatch, line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,39 +35,45 @@ def main(argv: list[str] | None = None) -> int:
         targets = [(get_problem(name), Path(args.candidate).read_text()) for name in (args.problems or [])]
     else:
         targets = [(p, p.oracle_path.read_text()) for p in problems_with_oracles(args.problems)]
-    for problem, source in targets:
-        if args.world != 1 and args.world not in problem.spec.world_sizes:
-            continue
-        candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals = [], [], [], [], [], []
-        for _ in range(args.repeats):
-            report = evaluate(source, problem=problem.name, world=args.world, device=args.device, size=args.size,
-                              profile=False, allow_nccl=args.allow_nccl)
-            if report.status != "correct" or report.speedup is None:  # no speedup: the judge's notes say why (a call below the timer)
-                print(f"{problem.name}: {report.status}: {report.message}; " + "; ".join(report.notes))
-                break
-            candidate_ms.append(report.candidate_timing.median_ms)
-            reference_ms.append(report.reference_timing.median_ms)
-            fastest_ms.append(min(report.candidate_timing.min_ms, report.reference_timing.min_ms))
-            overhead_ms.append(report.reference_timing.sync_overhead_ms)
-            speedups.append(report.speedup)
-            intervals.append(report.speedup_ci)
-            ci = f" [{report.speedup_ci[0]:.3f}, {report.speedup_ci[1]:.3f}]" if report.speedup_ci else ""
-            print(f"{problem.name} job {len(candidate_ms)}/{args.repeats}: speedup {report.speedup:.3f}{ci} over "
-                  f"{report.candidate_timing.rounds} rounds ({report.candidate_timing.l2_policy}), candidate {candidate_ms[-1]:.4f} ms, "
-                  f"(min {report.candidate_timing.min_ms:.4f}, iqr {report.candidate_timing.iqr_ms:.4f}), "
-                  f"reference {reference_ms[-1]:.4f} ms (min {report.reference_timing.min_ms:.4f}, iqr "
-                  f"{report.reference_timing.iqr_ms:.4f}), fastest iteration {fastest_ms[-1]:.4f} ms, "
-                  f"reference sync overhead {overhead_ms[-1]:.4f} ms ({report.wall_s:.0f} s, ended {time.strftime('%H:%M:%S')})", flush=True)
-            roofline = f"{report.roofline_fraction:.0%} of the roofline; " if report.roofline_fraction else ""
-            print(f"   {roofline}clock: {clock_line(report)}", flush=True)
-        if len(candidate_ms) == args.repeats:
-            spread = max(speedups) / min(speedups)
-            goal = 1.03 if min(candidate_ms) > 1.0 else 1.10
-            rows.append([problem.name, args.repeats, min(speedups), max(speedups), spread, goal, "yes" if spread <= goal else "no",
-                         max(candidate_ms) / min(candidate_ms), max(reference_ms) / min(reference_ms), min(candidate_ms),
-                         min(reference_ms), f"{min(overhead_ms):.4f}-{max(overhead_ms):.4f}"])
-            records.append({"problem": problem.name, "speedups": speedups, "intervals": intervals, "candidate_ms": candidate_ms,
-                            "reference_ms": reference_ms, "speedup_max_over_min": spread, "goal": goal})
+    with MachineWatch() as watch:  # each job's window: what else the machine did meanwhile
+        for problem, source in targets:
+            if args.world != 1 and args.world not in problem.spec.world_sizes:
+                continue
+            candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine = [], [], [], [], [], [], []
+            for _ in range(args.repeats):
+                began = time.monotonic()
+                report = evaluate(source, problem=problem.name, world=args.world, device=args.device, size=args.size,
+                                  profile=False, allow_nccl=args.allow_nccl)
+                if report.status != "correct" or report.speedup is None:  # no speedup: the judge's notes say why (a call below the timer)
+                    print(f"{problem.name}: {report.status}: {report.message}; " + "; ".join(report.notes))
+                    break
+                candidate_ms.append(report.candidate_timing.median_ms)
+                reference_ms.append(report.reference_timing.median_ms)
+                fastest_ms.append(min(report.candidate_timing.min_ms, report.reference_timing.min_ms))
+                overhead_ms.append(report.reference_timing.sync_overhead_ms)
+                speedups.append(report.speedup)
+                intervals.append(report.speedup_ci)
+                machine.append(watch.window(began, time.monotonic()))
+                ci = f" [{report.speedup_ci[0]:.3f}, {report.speedup_ci[1]:.3f}]" if report.speedup_ci else ""
+                print(f"{problem.name} job {len(candidate_ms)}/{args.repeats}: speedup {report.speedup:.3f}{ci} over "
+                      f"{report.candidate_timing.rounds} rounds ({report.candidate_timing.l2_policy}), "
+                      f"candidate {candidate_ms[-1]:.4f} ms, "
+                      f"(min {report.candidate_timing.min_ms:.4f}, iqr {report.candidate_timing.iqr_ms:.4f}), "
+                      f"reference {reference_ms[-1]:.4f} ms (min {report.reference_timing.min_ms:.4f}, iqr "
+                      f"{report.reference_timing.iqr_ms:.4f}), fastest iteration {fastest_ms[-1]:.4f} ms, "
+                      f"reference sync overhead {overhead_ms[-1]:.4f} ms ({report.wall_s:.0f} s, "
+                      f"ended {time.strftime('%H:%M:%S')})", flush=True)
+                roofline = f"{report.roofline_fraction:.0%} of the roofline; " if report.roofline_fraction else ""
+                print(f"   {roofline}clock: {clock_line(report)}", flush=True)
+                print(f"   machine: {line(machine[-1])}", flush=True)
+            if len(candidate_ms) == args.repeats:
+                spread = max(speedups) / min(speedups)
+                goal = 1.03 if min(candidate_ms) > 1.0 else 1.10
+                rows.append([problem.name, args.repeats, min(speedups), max(speedups), spread, goal, "yes" if spread <= goal else "no",
+                             max(candidate_ms) / min(candidate_ms), max(reference_ms) / min(reference_ms), min(candidate_ms),
+                             min(reference_ms), f"{min(overhead_ms):.4f}-{max(overhead_ms):.4f}"])
+                records.append({"problem": problem.name, "speedups": speedups, "intervals": intervals, "candidate_ms": candidate_ms,
+                                "reference_ms": reference_ms, "machine": machine, "speedup_max_over_min": spread, "goal": goal})
     print_table(f"timing stability over {args.repeats} separate jobs, world {args.world}, {args.device}",
                 ["problem", "jobs", "speedup min", "speedup max", "speedup max/min", "goal", "met", "cand max/min", "ref max/min",
                  "cand min ms", "ref min ms", "ref sync overhead ms"], rows)

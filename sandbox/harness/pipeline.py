@@ -63,6 +63,8 @@ SLOWED_REFERENCE = {"cuda": 1.25, "cpu": 2.0}
 CALIBRATION_CALLS = 12  # harness-only calls timed in each group before candidate code runs (on a GPU)
 MAX_TIMED_FACTOR = 4  # timing goes on past the planned calls, while the speedup is less precise than asked, to this many times them
 PAUSE_FAILED = "the candidate's processes could not be stopped"
+MEMFD_INPUTS_NOTE = ("inputs reached the ranks through memory files, masked until each call (the reference could not share "
+                     "device memory here, or KLOOP_INPUT_BLOBS=memfd): staging them took longer than from device memory")
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
 MAX_REVEAL_BYTES = 64 * 2**30
@@ -406,6 +408,9 @@ class Evaluation:
         else:
             fds = [[fd for call in calls for fd in call.inputs[rank].for_group(trusted=group is self.reference)]
                    for rank in range(self.config.world)]
+            if self.config.device == "cuda" and MEMFD_INPUTS_NOTE not in self.report.notes and any(
+                    inputs.lent is None for call in calls for inputs in call.inputs):
+                self.report.notes.append(MEMFD_INPUTS_NOTE)
         started = time.perf_counter()
         # masked until the call: the shared copies above, and on a GPU whatever the reference made (device blobs, or
         # memfds where the driver refuses them: sandbox/harness/reference_rank.py _input_blob); emulation's are not

@@ -21,6 +21,7 @@ Timed like a candidate, through the same rounds, on the same blobs.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -37,6 +38,20 @@ MAX_CALLS_PER_MAKE = wire.MAX_FDS // 5  # a call's descriptors: its inputs (thre
 EXPECTED_POOL_BYTES = 2**29  # memfds of expected outputs kept for reuse, per reference rank (a timed round checks 1-4 calls)
 
 
+INPUT_BLOBS = ("device", "memfd")
+
+
+def input_blobs() -> str:
+    """How a GPU reference hands inputs over: ``device`` memory where the driver shares it (the
+    default), or ``memfd``, memory files always (``KLOOP_INPUT_BLOBS``: the path a driver without
+    VMM takes, for checking it on a machine that has VMM). Any other value is ignored, with a warning."""
+    chosen = os.environ.get("KLOOP_INPUT_BLOBS", "").strip() or "device"
+    if chosen not in INPUT_BLOBS:
+        log.warning("ignored: not device or memfd", variable="KLOOP_INPUT_BLOBS", value=chosen[:40])
+        return "device"
+    return chosen
+
+
 class ReferenceServer(RankServer):
     role = "reference"
 
@@ -50,7 +65,8 @@ class ReferenceServer(RankServer):
         self.hi_dtype = torch.float64 if self.dtype in (torch.float32, torch.float64) else torch.float32
         self.shape = config["shape"]
         self.expected_blobs = wire.BlobPool(EXPECTED_POOL_BYTES)  # read by the parent only, before it asks for more
-        self.on_device = self.device.device.type == "cuda"  # device blobs, until the driver refuses one
+        # device blobs, until the driver refuses one (or the harness's environment asks for memory files)
+        self.on_device = self.device.device.type == "cuda" and input_blobs() == "device"
         self.handlers["make"] = self.make
 
     def load(self, message: dict[str, Any], fds) -> tuple[dict, list]:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.service import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
 CANDIDATES = REPO / "tests" / "fixtures" / "candidates"
@@ -63,15 +65,19 @@ def test_pkb_references_classify_resume_and_skip(pkb_root, tmp_path):
 
 def test_vs_pkb_prints_both_sides_and_the_ratio(pkb_root, tmp_path):
     """The test checkout's run_local.py is not runnable (PKB's needs CUDA and torchrun): its side
-    fails quickly and is shown failed; kloop's side judges the file on CPU."""
+    fails quickly and is shown failed; kloop's side judges the file on CPU, in its own harness and
+    through a `kloop serve` that reads the checkout from its environment."""
     out = tmp_path / "vs"
     result = script("vs_pkb.py", "--pkb-root", str(pkb_root), "--device", "cpu", "--world", "1", "--allow-nccl", "--trials", "1",
-                    "--warm-runs", "0", "--candidate", str(CANDIDATES / "pkb_allreduce_fp32.py"), "--out", str(out))
+                    "--warm-runs", "1", "--server", "--server-runs", "1", "--port", str(free_port()),
+                    "--candidate", str(CANDIDATES / "pkb_allreduce_fp32.py"), "--out", str(out))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "ParallelKernelBench vs kloop" in result.stdout and "wall-time ratio PKB / kloop" in result.stdout
     data = json.loads((out / "vs_pkb.json").read_text())
     assert data["runs"]["kloop"]["cold"]["status"] == "correct" and data["runs"]["pkb"]["cold"]["status"] == "failed"
-    assert (out / "pkb_cold.log").exists() and (out / "kloop_cold.log").exists()
+    assert [run["status"] for run in data["runs"]["kloop --server"].values()] == ["correct", "correct"]
+    assert {"warm (kloop)", "warm (kloop --server, median)"} <= {ratio["run"] for ratio in data["ratios"]}
+    assert (out / "pkb_cold.log").exists() and (out / "kloop_cold.log").exists() and (out / "kloop_server1.log").exists()
 
 
 def test_throughput_through_the_warm_path(tmp_path):
@@ -81,6 +87,7 @@ def test_throughput_through_the_warm_path(tmp_path):
     assert "throughput: all_reduce" in result.stdout and "2 of 2 correct" in result.stdout
     data = json.loads((tmp_path / "throughput.json").read_text())
     assert data["statuses"] == ["correct", "correct"] and data["per_min"] > 0
+    assert len(data["timings"]) == len(data["machine"]) == 2 and data["machine"][1]["samples"] > 0
 
 
 def test_eval_latency_and_timing_stability_run_against_the_current_judge(tmp_path):

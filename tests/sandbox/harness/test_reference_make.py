@@ -30,3 +30,17 @@ def test_a_make_makes_every_input_before_any_expectation(tmp_path):
     assert result["order"] == ["_input_blob"] * 4 + ["_expected"] * 2  # call by call, it was input, input+expected, input, ...
     assert result["expect"] == [False, True, False, True] and result["left"] == 0
     assert result["read"][0] is None and result["read"][1] == result["read"][3] == 12_288  # each expectation after its own inputs
+
+
+def test_how_inputs_are_handed_over_comes_from_the_environment(monkeypatch):
+    """``KLOOP_INPUT_BLOBS``: device memory by default, memory files when asked (the path of a driver
+    without VMM, checked on one that has it: tests/sandbox/harness/test_hostile_gpu.py), and a
+    value that is neither is ignored."""
+    from sandbox.harness.reference_rank import input_blobs
+
+    monkeypatch.delenv("KLOOP_INPUT_BLOBS", raising=False)
+    assert input_blobs() == "device"
+    monkeypatch.setenv("KLOOP_INPUT_BLOBS", "memfd")
+    assert input_blobs() == "memfd"
+    monkeypatch.setenv("KLOOP_INPUT_BLOBS", "ram")
+    assert input_blobs() == "device"
