@@ -29,6 +29,16 @@ TIMING_FIELDS = {"speedup", "speedup_ci", "reference_timing", "candidate_timing"
                  "timing_check", "harness_breakdown_s"}
 
 
+def speedup_summary(speedups: list[float | None]) -> str:
+    """One candidate judged again and again: what one evaluation's speedup may read, and which
+    evaluations (by index, the first 0) read more than 2x off the median."""
+    read = [s for s in speedups if s]
+    middle = statistics.median(read)
+    far = [i for i, s in enumerate(speedups) if s and not middle / 2 <= s <= middle * 2]
+    return (f"speedups: median {middle:.3f}, {min(read):.3f}-{max(read):.3f} over {len(read)} evaluations; {len(far)} off the "
+            f"median by more than 2x{f' (evaluations {far})' if far else ''}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", default="all_reduce")
@@ -99,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                 ["evaluations", "n", "median_s", "max_s", "total_s", "per_min"], rows)
     correct = sum(s == "correct" for s in statuses)
     print(f"{correct} of {len(statuses)} correct", flush=True)
+    if any(t["speedup"] for t in timings):
+        print(speedup_summary([t["speedup"] for t in timings]), flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "throughput.json").write_text(json.dumps({

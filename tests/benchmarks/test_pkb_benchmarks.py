@@ -90,6 +90,15 @@ def test_throughput_through_the_warm_path(tmp_path):
     assert len(data["timings"]) == len(data["machine"]) == 2 and data["machine"][1]["samples"] > 0
 
 
+def test_throughput_names_the_evaluations_whose_speedup_is_far_off():
+    sys.path.insert(0, str(BENCH))
+    from throughput import speedup_summary
+
+    assert speedup_summary([2.0, 1.9, None, 0.4, 2.1, 4.5]) == (
+        "speedups: median 2.000, 0.400-4.500 over 5 evaluations; 2 off the median by more than 2x (evaluations [3, 5])")
+    assert speedup_summary([1.0, 1.1]).endswith("0 off the median by more than 2x")
+
+
 def test_eval_latency_and_timing_stability_run_against_the_current_judge(tmp_path):
     latency = script("eval_latency.py", "--device", "cpu", "--world", "1", "--trials", "1", "--warm-runs", "0", "--allow-nccl",
                      "--candidate", str(CANDIDATES / "all_reduce_fp32.py"), "--json", str(tmp_path / "latency.json"))
