@@ -33,8 +33,8 @@ FLAGS = {"auto": 0, "spin": 1, "yield": 2, "blocking": 4}  # CU_CTX_SCHED_*
 
 
 def _set_schedule(mode: str) -> int:
-    """The primary context's scheduling flag, set through the driver before it is made; the
-    flag it has once made (read back after torch made it)."""
+    """The primary context's scheduling flag, set through the driver before torch makes the
+    context; returns the device's ordinal (``_actual_schedule`` reads the flag back)."""
     driver = ctypes.CDLL("libcuda.so.1")
     assert driver.cuInit(0) == 0
     device = ctypes.c_int()

@@ -374,6 +374,9 @@ class Evaluation:
             for call in calls:
                 call.close()
             raise
+        if self.config.device == "cuda" and MEMFD_INPUTS_NOTE not in self.report.notes and any(
+                inputs.lent is None for call in calls for inputs in call.inputs):
+            self.report.notes.append(MEMFD_INPUTS_NOTE)
         return calls
 
     def _read_made(self, calls: list[Call], answers: list[Answer]) -> None:
@@ -408,9 +411,6 @@ class Evaluation:
         else:
             fds = [[fd for call in calls for fd in call.inputs[rank].for_group(trusted=group is self.reference)]
                    for rank in range(self.config.world)]
-            if self.config.device == "cuda" and MEMFD_INPUTS_NOTE not in self.report.notes and any(
-                    inputs.lent is None for call in calls for inputs in call.inputs):
-                self.report.notes.append(MEMFD_INPUTS_NOTE)
         started = time.perf_counter()
         # masked until the call: the shared copies above, and on a GPU whatever the reference made (device blobs, or
         # memfds where the driver refuses them: sandbox/harness/reference_rank.py _input_blob); emulation's are not
