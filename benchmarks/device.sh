@@ -8,7 +8,8 @@
 #   masking                   tests/sandbox/harness/test_reference_make_gpu.py: inputs made on a GPU masked as device and as memfd blobs
 #   commitment                tests/sandbox/rank/test_commitment_gpu.py, then benchmarks/commitment_cost.py (leaf sizes 4, 8, 16 KiB)
 #   blob_memory               benchmarks/blob_memory.py: a blob's host memory (fresh memfd pages, by how they are written)
-#   extension_build           benchmarks/extension_build.py --phases: a torch extension's cold build, load_inline's layout vs kloop's (about 6 min)
+#   extension_build           benchmarks/extension_build.py --phases --kloop-only: a torch extension's cold build, nvcc's front ends
+#                             at once vs plain nvcc (about 5 min)
 #   reference_call            benchmarks/reference_call_noise.py: the all_reduce reference's call, timed as a rank does, in 4 processes, then 4 pinned to a CPU
 #   sync_modes                benchmarks/sync_modes.py: a rank's timed interval in fresh processes by the context's scheduling flag (SYNC_PROCESSES each)
 #   staging                   benchmarks/staging.py: a call's inputs staged to the GPU, by how the blob is mapped
@@ -33,7 +34,8 @@
 #   service_cpu               kloop serve, 6 CPU slots: 200 CPU evaluations from 20 API clients (none lost or duplicated, p50/p99)
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/problems/test_suite_gpu.py)
 # Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
-#   vs_pkb                    benchmarks/vs_pkb.py --server: PKB's run_local vs kloop eval (and through kloop serve), cold and warm, one file (about 6 min)
+#   extension_gpu             the load_inline-path extension and compile-error tests of tests/sandbox/harness/test_harness_gpu.py
+#   vs_pkb                    benchmarks/vs_pkb.py --server (vs_pkb_no_server: without the server's rows): PKB's run_local vs kloop eval (and through kloop serve), cold and warm, one file (about 6 min)
 #   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1 (throughput_short: 16)
@@ -78,6 +80,7 @@ run=0
 for name in "$@"; do
   case $name in
     gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
+    extension_gpu) part "$name" 300 $PYTEST tests/sandbox/harness/test_harness_gpu.py -k "torch_extension_path or compile_error" ;;
     jail_gpu) part "$name" 200 $PYTEST tests/sandbox/jail/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
     wire_gpu) part "$name" 150 $PYTEST tests/sandbox/rank/test_wire_gpu.py tests/sandbox/rank/test_device_share_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-300 ;;
     masking) part "$name" 150 $PYTEST tests/sandbox/harness/test_reference_make_gpu.py; grep -E "^reference inputs" "$OUT/$name.log" | cut -c1-400 ;;
@@ -87,7 +90,7 @@ for name in "$@"; do
     staging) part "$name" 60 python3 benchmarks/staging.py --repeats 12; sed -n '/^staging/,$p' "$OUT/$name.log" ;;
     timing_noise) part "$name" 120 python3 benchmarks/timing_noise.py; grep -vE "^\s*$" "$OUT/$name.log" | tail -20 ;;
     blob_memory) part "$name" 90 python3 benchmarks/blob_memory.py --threads 2 4 8; sed -n '/^a blob/,$p' "$OUT/$name.log" ;;
-    extension_build) part "$name" 560 python3 benchmarks/extension_build.py --phases; sed -n '/^cold builds/,$p' "$OUT/$name.log" ;;
+    extension_build) part "$name" 560 python3 benchmarks/extension_build.py --phases --kloop-only; sed -n '/^cold builds/,$p' "$OUT/$name.log" ;;
     sync_modes) part "$name" 240 python3 benchmarks/sync_modes.py --processes "${SYNC_PROCESSES:-5}" --json "$OUT/sync_modes.json"
       grep -E "^process=" "$OUT/$name.log" | cut -c1-300; sed -n '/^medians over/,$p' "$OUT/$name.log" ;;
     reference_call) part "$name" 120 python3 benchmarks/reference_call_noise.py --processes 4 --pinned; sed -n '/^a rank/,$p' "$OUT/$name.log" ;;
@@ -118,7 +121,8 @@ for name in "$@"; do
       sed -n '/^eval latency/,$p' "$OUT/latency_baseline.log"
       part latency_new 150 python3 $latency
       sed -n '/^eval latency/,$p' "$OUT/latency_new.log" ;;
-    vs_pkb) part "$name" 570 python3 benchmarks/vs_pkb.py --pkb-root .pkb --server --timeout-s 280 --out "$OUT/vs_pkb"
+    vs_pkb|vs_pkb_no_server) part "$name" 570 python3 benchmarks/vs_pkb.py --pkb-root .pkb $([ "$name" = vs_pkb ] && echo --server) \
+        --timeout-s 280 --out "$OUT/$name"
       sed -n '/^ParallelKernelBench vs kloop/,$p' "$OUT/$name.log" ;;
     pkb_refs) part "$name" 540 python3 benchmarks/pkb_references.py --pkb-root .pkb --device cuda --world 1 --timeout-s 120 \
         --out /tmp/pkb_refs --resume

@@ -1,16 +1,17 @@
 """A torch extension's cold build, laid out as ``load_inline`` lays it out (a ``main.cpp`` holding
 only ``#include <torch/extension.h>`` beside ``cuda.cu``) and as kloop's builder builds a CUDA
-source that binds its own module (``cuda.cu`` alone), side by side in one run: each build in a
-fresh folder, run as kloop runs it (``kloop_runtime/extension_builder.py``, here unconfined),
-with its wall time and ninja's edges. ``--phases`` adds nvcc's own phases of ``cuda.cu``
-(``nvcc --time``), compiled once more on its own.
+source that binds its own module (``cuda.cu`` alone), that one with nvcc's front ends at once
+(``kloop_runtime/nvcc_parallel.py``, the builder's default) and with plain nvcc, side by side in
+one run: each build in a fresh folder, run as kloop runs it (``kloop_runtime/extension_builder.py``,
+here unconfined), with its wall time and ninja's edges. ``--phases`` adds nvcc's own phases of
+``cuda.cu`` (``nvcc --time``), compiled once more on its own.
 
 The source is what a ParallelKernelBench-style solution hands to ``compile_cuda_extension``
 (the call is captured, not run; default: benchmarks/candidates/pkb_allreduce_copy_cuda.py). With a
 torch built without CUDA there is no ``cuda.cu`` to build: a C++ extension of the same shape is
 built, in the one layout that applies.
 
-    python benchmarks/extension_build.py --phases                  # on the GPU machine
+    python benchmarks/extension_build.py --phases [--kloop-only]   # on the GPU machine
     python benchmarks/extension_build.py --repeats 1 --no-warm-up  # on a CPU
 """
 
@@ -78,26 +79,33 @@ def captured_extension(candidate: Path) -> dict:
     return found
 
 
-def specs(extension: dict, cuda: bool) -> dict[str, dict]:
-    """The builder's spec of each layout to time (a C++ extension, one layout, without CUDA)."""
+PLAIN_NVCC = {"KLOOP_PARALLEL_NVCC": "0"}
+KLOOP_LAYOUT = "kloop (cuda.cu alone)"
+
+
+def specs(extension: dict, cuda: bool) -> dict[str, tuple[dict, dict]]:
+    """The builder's spec and environment of each layout to time (a C++ extension, one layout, without CUDA)."""
     from kloop_runtime.build import arch_list_entry, default_arch
 
     base = {"functions": None, "extra_cflags": [], "extra_ldflags": extension["ldflags"],
             "extra_include_paths": extension["include_paths"], "arch_list": arch_list_entry(default_arch())}
     if not cuda:
-        return {"C++ (main.cpp)": {**base, "name": "bench_cpp", "cpp_sources": CPP_SOURCE, "cuda_sources": "",
-                                   "extra_cuda_cflags": []}}
+        return {"C++ (main.cpp)": ({**base, "name": "bench_cpp", "cpp_sources": CPP_SOURCE, "cuda_sources": "",
+                                    "extra_cuda_cflags": []}, {})}
     cuda_spec = {**base, "cuda_sources": extension["source"], "extra_cuda_cflags": extension["cuda_cflags"]}
-    return {"load_inline (main.cpp + cuda.cu)": {**cuda_spec, "name": "bench_inline", "cpp_sources": INLINE_MAIN_CPP},
-            "kloop (cuda.cu alone)": {**cuda_spec, "name": "bench_cuda_only", "cpp_sources": ""}}
+    return {"load_inline (main.cpp + cuda.cu)": ({**cuda_spec, "name": "bench_inline", "cpp_sources": INLINE_MAIN_CPP}, {}),
+            f"{KLOOP_LAYOUT}, plain nvcc": ({**cuda_spec, "name": "bench_plain_nvcc", "cpp_sources": ""}, PLAIN_NVCC),
+            KLOOP_LAYOUT: ({**cuda_spec, "name": "bench_cuda_only", "cpp_sources": ""}, {})}
 
 
-def build(spec: dict, folder: Path) -> dict:
-    """One cold build in ``folder``: wall seconds, ninja's edges (output, start s, end s), exit code and log tail."""
+def build(spec: dict, env: dict, folder: Path) -> dict:
+    """One cold build in ``folder``: wall seconds, ninja's edges (output, start s, end s), how nvcc
+    ran (nvcc_parallel.py's line), exit code and log tail."""
     folder.mkdir(parents=True)
     (folder / "spec.json").write_text(json.dumps(spec))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(BUILDER), str(folder / "spec.json")], capture_output=True, text=True, check=False)
+    proc = subprocess.run([sys.executable, str(BUILDER), str(folder / "spec.json")], capture_output=True, text=True, check=False,
+                          env={**os.environ, **env})
     wall = time.monotonic() - started
     edges = []
     log = folder / ".ninja_log"
@@ -105,11 +113,15 @@ def build(spec: dict, folder: Path) -> dict:
         fields = line.split("\t")
         if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
             edges.append((fields[3], int(fields[0]) / 1000, int(fields[1]) / 1000))
-    return {"wall_s": wall, "edges": edges, "exit": proc.returncode, "log": (proc.stdout + proc.stderr)[-1500:]}
+    nvcc = re.findall(r"kloop nvcc: (.*)", proc.stdout + proc.stderr)
+    return {"wall_s": wall, "edges": edges, "nvcc": "; ".join(nvcc) or "plain", "exit": proc.returncode,
+            "log": (proc.stdout + proc.stderr)[-1500:]}
 
 
 def nvcc_phases(folder: Path) -> list[list]:
     """nvcc's phases of ``folder``'s cuda.cu, compiled once more with its build.ninja's flags."""
+    from kloop_runtime.build import find_nvcc
+
     ninja = (folder / "build.ninja").read_text()
 
     def variable(name: str) -> str:
@@ -117,7 +129,7 @@ def nvcc_phases(folder: Path) -> list[list]:
         return found.group(1) if found else ""
 
     times = folder / "phases.csv"
-    command = (f"{variable('nvcc')} {variable('cuda_cflags')} -c {shlex.quote(str(folder / 'cuda.cu'))} "
+    command = (f"{shlex.quote(find_nvcc())} {variable('cuda_cflags')} -c {shlex.quote(str(folder / 'cuda.cu'))} "
                f"-o {shlex.quote(str(folder / 'again.o'))} {variable('cuda_post_cflags')} --time {shlex.quote(str(times))}")
     subprocess.run(command, shell=True, cwd=folder, capture_output=True, check=False)
     rows = []
@@ -139,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="cold builds of each layout, the order alternating")
     parser.add_argument("--no-warm-up", action="store_true", help="skip the untimed first build (it fills the page cache)")
     parser.add_argument("--phases", action="store_true", help="also nvcc's own phases of cuda.cu (needs CUDA)")
+    parser.add_argument("--kloop-only", action="store_true", help="only kloop's layout, nvcc's front ends at once and plain")
     args = parser.parse_args(argv)
     if not args.candidate.is_file():
         parser.error(f"no such candidate: {args.candidate}")
@@ -148,35 +161,37 @@ def main(argv: list[str] | None = None) -> int:
 
     cuda = torch.version.cuda is not None
     layouts = specs(captured_extension(args.candidate), cuda)
+    if args.kloop_only and cuda:
+        layouts = {name: layout for name, layout in layouts.items() if name.startswith(KLOOP_LAYOUT)}
     if not cuda:
         print(f"torch {torch.__version__} has no CUDA: a C++ extension of the same shape is built, in its one layout")
     rows, walls = [], {name: [] for name in layouts}
     with tempfile.TemporaryDirectory(prefix="extension-build-") as tmp:
         root = Path(tmp)
         if not args.no_warm_up:
-            first = next(iter(layouts.values()))
-            warm = build(first, root / "warm-up")
+            warm = build(*next(iter(layouts.values())), root / "warm-up")
             print(f"warm-up build (untimed): {warm['wall_s']:.1f} s, exit {warm['exit']}", flush=True)
         for repeat in range(1, args.repeats + 1):
             order = list(layouts) if repeat % 2 else list(reversed(layouts))
             for name in order:
-                result = build(layouts[name], root / f"{repeat}-{layouts[name]['name']}")
+                spec, env = layouts[name]
+                result = build(spec, env, root / f"{repeat}-{spec['name']}")
                 if result["exit"] != 0:
                     print(f"{name}: the build failed (exit {result['exit']}):\n{result['log']}", file=sys.stderr)
                     return 1
                 walls[name].append(result["wall_s"])
-                rows.append([name, repeat, round(result["wall_s"], 1), _edges_text(result["edges"])])
+                rows.append([name, repeat, round(result["wall_s"], 1), result["nvcc"], _edges_text(result["edges"])])
                 print(f"{name}, build {repeat}: {result['wall_s']:.1f} s", flush=True)
         title = (f"cold builds of {args.candidate.name}'s extension: torch {torch.__version__}, "
                  f"{os.cpu_count()} CPUs (edges: ninja's, seconds from the build's start)")
-        print_table(title, ["layout", "build", "wall_s", "edges"], rows)
+        print_table(title, ["layout", "build", "wall_s", "nvcc", "edges"], rows)
         print_table("per layout", ["layout", "median_s", "min_s"],
                     [[name, round(statistics.median(times), 1), round(min(times), 1)] for name, times in walls.items()])
         if args.phases:
             if not cuda:
                 print("no nvcc phases: this torch has no CUDA")
             else:
-                folder = root / f"1-{layouts['kloop (cuda.cu alone)']['name']}"
+                folder = root / f"1-{layouts[KLOOP_LAYOUT][0]['name']}"
                 print_table("nvcc's phases of cuda.cu, compiled once more on its own", ["phase", "s"], nvcc_phases(folder))
     return 0
 

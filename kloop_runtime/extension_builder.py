@@ -5,10 +5,14 @@ subprocess, so a build never shares a process with the harness or the candidate)
 sources, no functions to bind: ParallelKernelBench's style, where the .cu holds its own
 ``PYBIND11_MODULE``) is built from ``cuda.cu`` alone, written as ``load_inline`` writes it:
 ``load_inline`` would also compile a ``main.cpp`` holding only ``#include <torch/extension.h>``,
-about 20 s of a core on the H200 host beside nvcc's 50 s, for nothing."""
+about 20 s of a core on the H200 host beside nvcc's 50 s, for nothing.
+
+nvcc is run through ``nvcc_parallel.py`` (torch's ``PYTORCH_NVCC``), which runs its host and
+device front ends at once."""
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -25,7 +29,11 @@ def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     build_dir = Path(spec_path).parent
     os.environ["TORCH_CUDA_ARCH_LIST"] = spec.pop("arch_list")
-    from torch.utils.cpp_extension import load, load_inline
+    from torch.utils.cpp_extension import CUDA_HOME, load, load_inline
+
+    if CUDA_HOME:
+        os.environ["KLOOP_NVCC"] = os.path.join(CUDA_HOME, "bin", "nvcc")
+        os.environ["PYTORCH_NVCC"] = shlex.join([sys.executable, str(Path(__file__).with_name("nvcc_parallel.py"))])
 
     common = {
         "name": spec["name"],

@@ -1,5 +1,6 @@
-"""benchmarks/extension_build.py: the candidate's extension captured, not built by it; the two
-layouts it times are the two the builder tells apart; on CPU a cold C++ build, with ninja's edges."""
+"""benchmarks/extension_build.py: the candidate's extension captured, not built by it; the
+layouts it times are the two the builder tells apart, kloop's with nvcc's front ends at once and
+with plain nvcc; on CPU a cold C++ build, with ninja's edges."""
 
 import os
 import subprocess
@@ -22,9 +23,10 @@ def test_the_layouts_are_load_inlines_and_the_builders():
     assert extension["cuda_cflags"] == ["-O3"]
     assert sys.modules.get("utils") is before  # the stand-in it captured through is gone
     layouts = specs(extension, cuda=True)
-    assert {name: cuda_only(spec) for name, spec in layouts.items()} == {
-        "load_inline (main.cpp + cuda.cu)": False, "kloop (cuda.cu alone)": True}
-    assert {spec["cuda_sources"] for spec in layouts.values()} == {extension["source"]}
+    assert {name: (cuda_only(spec), env) for name, (spec, env) in layouts.items()} == {
+        "load_inline (main.cpp + cuda.cu)": (False, {}), "kloop (cuda.cu alone)": (True, {}),
+        "kloop (cuda.cu alone), plain nvcc": (True, {"KLOOP_PARALLEL_NVCC": "0"})}
+    assert {spec["cuda_sources"] for spec, _ in layouts.values()} == {extension["source"]}
 
 
 def test_a_cold_cpu_build_prints_its_edges():

@@ -1,5 +1,8 @@
 """GPU tests (marker ``gpu``): run on the device machine with ``pytest -m gpu``."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from sandbox.evaluate import evaluate_in
@@ -60,7 +63,9 @@ def test_a_group_started_ahead_imports_shape_checks(local_sandbox):
 
 def test_cuda_source_with_its_own_module_builds_without_main_cpp(local_sandbox):
     """ParallelKernelBench's style (the .cu binds its own module, nothing for main.cpp) is built
-    from cuda.cu alone: the extension loads in every rank and computes."""
+    from cuda.cu alone, by nvcc with its front ends at once (kloop_runtime/nvcc_parallel.py): the
+    extension loads in every rank and computes, its kernel in an anonymous namespace (named by the
+    module id both front ends read)."""
     extension = '''
 import torch
 import torch.distributed as dist
@@ -68,9 +73,11 @@ from sandbox import runtime
 
 CUDA = r"""
 #include <torch/extension.h>
+namespace {
 __global__ void twice(const float* x, float* y, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) y[i] = 2.f * x[i];
+}
 }
 torch::Tensor run(torch::Tensor x) {
     auto y = torch::empty_like(x);
@@ -90,8 +97,11 @@ def solution(tensor):
     return out.to(tensor.dtype)
 '''
     report = evaluate_in(local_sandbox, extension, config(2, "emulate", allow_nccl=True))
-    print(f"\ncuda-only extension: {report.status}: {report.message} stages {report.stage_wall_s}")
+    built = [path for path in Path(os.environ["KLOOP_CACHE_DIR"]).rglob("twice_ext_*.so") if b"_cuda_cu_kloop" in path.read_bytes()]
+    print(f"\ncuda-only extension: {report.status}: {report.message} stages {report.stage_wall_s}; "
+          f"built by nvcc_parallel: {[path.name for path in built]}")
     assert report.status == "correct", report.model_dump_json(indent=1)
+    assert built, "the extension was not built with nvcc's front ends at once"
 
 
 def test_compile_error_is_build_failed_with_the_compiler_log(local_sandbox):
