@@ -47,17 +47,45 @@ def harness_config(problem: Problem, **fields: Any) -> HarnessConfig:
 
 
 def check_host_gpus(harness: HarnessConfig) -> None:
-    """This machine has the GPUs ``harness`` needs (UserError saying what to do otherwise)."""
+    """This machine has the GPUs ``harness`` needs (UserError saying what to do otherwise), asked
+    without importing torch (1.5-3 s on a GPU host, in the CLI, before the harness imports it again):
+    torch's build from its version file, the GPUs from NVML (which honours CUDA_VISIBLE_DEVICES)."""
     needed = gpus_needed(harness.device, harness.world)
     if not needed:
         return
+    from sandbox.nvml import NvmlUnavailable, inventory
+
+    built = torch_cuda_version()
+    if built is None:
+        raise UserError(f"--device {harness.device} needs a torch built with CUDA and this one has none (a CPU build); install a "
+                        "CUDA build of torch, or use --device cpu")
+    try:
+        visible = len(inventory().gpus)
+    except NvmlUnavailable:
+        visible = 0
+    if not visible:
+        raise UserError(f"--device {harness.device} needs an NVIDIA GPU and this machine shows none (NVML, honouring "
+                        "CUDA_VISIBLE_DEVICES); use --device cpu")
+    if visible < needed:
+        raise UserError(f"--device {harness.device} --world {harness.world} needs {needed} GPUs, this machine has {visible}; use "
+                        f"--device emulate to run {harness.world} ranks on one GPU (correctness only)")
+
+
+def torch_cuda_version() -> str | None:
+    """The CUDA version torch was built with, or None for a CPU build: read from torch's
+    ``version.py`` when it has the usual line, else from an imported torch."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("torch")
+    version_file = Path(spec.submodule_search_locations[0]) / "version.py" if spec and spec.submodule_search_locations else None
+    text = version_file.read_text() if version_file and version_file.is_file() else ""
+    found = re.search(r"^cuda\b[^=\n]*=\s*(?:'([^']*)'|\"([^\"]*)\"|(None))\s*$", text, re.MULTILINE)
+    if found:
+        return found.group(1) or found.group(2) or None
     import torch
 
-    if not torch.cuda.is_available():
-        raise UserError(f"--device {harness.device} needs an NVIDIA GPU and this machine's torch sees none; use --device cpu")
-    if torch.cuda.device_count() < needed:
-        raise UserError(f"--device {harness.device} --world {harness.world} needs {needed} GPUs, this machine has "
-                        f"{torch.cuda.device_count()}; use --device emulate to run {harness.world} ranks on one GPU (correctness only)")
+    return torch.version.cuda
 
 
 class SandboxSettings(BaseModel):

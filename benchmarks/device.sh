@@ -34,7 +34,9 @@
 #   service_cpu               kloop serve, 6 CPU slots: 200 CPU evaluations from 20 API clients (none lost or duplicated, p50/p99)
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/problems/test_suite_gpu.py)
 # Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
-#   extension_gpu             the load_inline-path extension and compile-error tests of tests/sandbox/harness/test_harness_gpu.py
+#   extension_gpu             the torch-extension and compile-error tests of tests/sandbox/harness/test_harness_gpu.py
+#   cli_ab                    benchmarks/cli_latency.py: `kloop eval` (a fresh CLI, cuda, world 1) in .baseline (carried) and this
+#                             tree, CLI_RUNS each, alternating
 #   vs_pkb                    benchmarks/vs_pkb.py --server (vs_pkb_no_server: without the server's rows): PKB's run_local vs kloop eval (and through kloop serve), cold and warm, one file (about 6 min)
 #   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
@@ -80,7 +82,9 @@ run=0
 for name in "$@"; do
   case $name in
     gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
-    extension_gpu) part "$name" 300 $PYTEST tests/sandbox/harness/test_harness_gpu.py -k "torch_extension_path or compile_error" ;;
+    extension_gpu) part "$name" 300 $PYTEST tests/sandbox/harness/test_harness_gpu.py -k "torch_extension_path or own_module or compile_error" ;;
+    cli_ab) part "$name" 240 python3 benchmarks/cli_latency.py --device cuda --world 1 --runs "${CLI_RUNS:-3}" --baseline .baseline
+      sed -n '/^kloop eval/,$p' "$OUT/$name.log" ;;
     jail_gpu) part "$name" 200 $PYTEST tests/sandbox/jail/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
     wire_gpu) part "$name" 150 $PYTEST tests/sandbox/rank/test_wire_gpu.py tests/sandbox/rank/test_device_share_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-300 ;;
     masking) part "$name" 150 $PYTEST tests/sandbox/harness/test_reference_make_gpu.py; grep -E "^reference inputs" "$OUT/$name.log" | cut -c1-400 ;;

@@ -99,3 +99,21 @@ def test_cli_import_is_light():
     code = "import sys, agent.cli; print(sorted({'torch', 'openai', 'anthropic'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr
+
+
+def test_a_gpu_device_without_a_gpu_is_one_line_and_asked_without_torch(tmp_path):
+    """`--device cuda` on this GPU-less host: a one-line error saying what to do (a CPU build of torch,
+    CI's, or no GPU), decided before anything imports torch (the CLI would pay its import again
+    before the harness's)."""
+    from agent.run_config import torch_cuda_version
+
+    solution = tmp_path / "s.py"
+    solution.write_text("def solution(t):\n    return t\n")
+    result = kloop("eval", "all_reduce", str(solution), "--device", "cuda", "--world", "1")
+    expected = "needs a torch built with CUDA" if torch_cuda_version() is None else "needs an NVIDIA GPU and this machine shows none"
+    assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr, result.stderr
+    code = ("import sys\nfrom agent.run_config import check_host_gpus\nfrom sandbox.harness.config import HarnessConfig\n"
+            "try:\n    check_host_gpus(HarnessConfig(problem='all_reduce', world=2, device='emulate'))\nexcept Exception as error:\n"
+            "    print(type(error).__name__)\nprint('torch' in sys.modules)")
+    checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert checked.stdout.split() == ["UserError", "False"], checked.stdout + checked.stderr
