@@ -22,17 +22,30 @@ from paths import ROOT
 from table import print_table
 
 
-def one_run(tree: Path, args: argparse.Namespace) -> dict:
-    """One `kloop eval --json` in ``tree``: wall seconds, the harness's, the status."""
-    command = [sys.executable, "-m", "agent", "eval", args.problem, str(args.candidate.resolve()), "--world", str(args.world),
-               "--device", args.device, "--json", *(["--allow-nccl"] if args.allow_nccl else [])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")]))}
+def eval_command(args: argparse.Namespace, *extra: str) -> list[str]:
+    """``kloop eval --json`` of ``args``' problem, candidate, world and device (and --allow-nccl), then ``extra``."""
+    return [sys.executable, "-m", "agent", "eval", args.problem, str(args.candidate.resolve()), "--world", str(args.world),
+            "--device", args.device, "--json", *(["--allow-nccl"] if args.allow_nccl else []), *extra]
+
+
+def timed_eval(command: list[str], cwd: Path, env: dict[str, str],
+               timeout_s: float) -> tuple[float, dict | None, subprocess.CompletedProcess]:
+    """``command`` (a ``kloop eval --json``) run once: its wall seconds, its report (None when it printed
+    none) and the process."""
     started = time.monotonic()
-    proc = subprocess.run(command, cwd=tree, capture_output=True, text=True, env=env, timeout=args.timeout_s, check=False)
+    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
     wall = time.monotonic() - started
     try:
-        report = json.loads(proc.stdout)
+        return wall, json.loads(proc.stdout), proc
     except json.JSONDecodeError:
+        return wall, None, proc
+
+
+def one_run(tree: Path, args: argparse.Namespace) -> dict:
+    """One `kloop eval --json` in ``tree``: wall seconds, the harness's, the status."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")]))}
+    wall, report, proc = timed_eval(eval_command(args), tree, env, args.timeout_s)
+    if report is None:
         return {"wall_s": wall, "harness_s": None, "status": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"}
     return {"wall_s": wall, "harness_s": report.get("wall_s"), "status": report.get("status")}
 

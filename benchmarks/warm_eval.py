@@ -15,12 +15,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from cli_latency import eval_command, timed_eval
 from paths import ROOT
 from service_load import start_server, stop_server
 from table import print_table
@@ -43,9 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
 
-    command = [sys.executable, "-m", "agent", "eval", args.problem, str(args.candidate.resolve()), "--world", str(args.world),
-               "--device", args.device, "--json", "--server", f"http://127.0.0.1:{args.port}"]
-    command += ["--allow-nccl"] if args.allow_nccl else []
+    command = eval_command(args, "--server", f"http://127.0.0.1:{args.port}")
     command += ["--size", args.size] if args.size else []
     command += ["--timing-precision", str(args.timing_precision)] if args.timing_precision is not None else []
     rows, breakdowns, details = [], [], []
@@ -55,12 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "KLOOP_TOKEN": token}
         try:
             for run in range(1 + args.runs):
-                started = time.monotonic()
-                done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900, check=False)
-                wall = time.monotonic() - started
-                try:
-                    report = json.loads(done.stdout)
-                except json.JSONDecodeError:
+                wall, report, done = timed_eval(command, ROOT, env, 900)
+                if report is None:
                     print(f"run {run}: exit {done.returncode}, no report:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}", file=sys.stderr)
                     return 1
                 label = "first" if run == 0 else f"warm {run}"

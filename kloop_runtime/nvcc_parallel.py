@@ -180,7 +180,10 @@ def compile_in_parallel(args: list[str], depfile: str | None) -> int:
     source, obj = source_and_object(args)
     with tempfile.TemporaryDirectory(prefix="nvcc-") as scratch:
         env = {**os.environ, "TMPDIR": scratch}  # nvcc's intermediate files, named by the dry run, land here
-        dry = subprocess.run([real_nvcc(), "--dryrun", *args], env=env, capture_output=True, text=True, errors="replace")
+        try:
+            dry = subprocess.run([real_nvcc(), "--dryrun", *args], env=env, capture_output=True, text=True, errors="replace")
+        except OSError as error:
+            raise Unrecognised(f"the dry run did not start: {error}") from None
         if dry.returncode != 0:
             raise Unrecognised("the dry run failed")
         nvcc_env, id_file, host_commands, device_commands, after_commands = plan(dry.stderr + dry.stdout)
@@ -216,8 +219,11 @@ def main(argv: list[str]) -> int:
         except Unrecognised as reason:
             sys.stderr.write(f"kloop nvcc: plain nvcc ({reason})\n")
     sys.stderr.flush()
-    os.execvp(real_nvcc(), [real_nvcc(), *argv])
-    return 127  # not reached
+    try:
+        os.execvp(real_nvcc(), [real_nvcc(), *argv])
+    except OSError as error:
+        sys.stderr.write(f"kloop nvcc: cannot run {real_nvcc()}: {error}\n")
+    return 127
 
 
 if __name__ == "__main__":

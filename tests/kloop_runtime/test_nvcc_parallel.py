@@ -120,3 +120,10 @@ def test_a_host_compiler_named_with_ccbin_is_recognised(tmp_path, nvcc):
     compiler = shutil.which("g++") or pytest.fail("g++ is needed (nvcc's host compiler)")
     result = wrapped(["-ccbin", compiler, *FLAGS, "-c", "k.cu", "-o", "k.o"], tmp_path, nvcc)
     assert result.returncode == 0 and "front ends at once" in result.stderr, result.stderr
+
+
+def test_an_nvcc_that_is_not_there_is_one_line(tmp_path):
+    (tmp_path / "k.cu").write_text(SOURCE)
+    result = wrapped([*FLAGS, "-c", "k.cu", "-o", "k.o"], tmp_path, str(tmp_path / "no-nvcc"))
+    assert result.returncode == 127 and "Traceback" not in result.stderr
+    assert "cannot run" in result.stderr and "no-nvcc" in result.stderr
