@@ -80,7 +80,7 @@ class Episode:
                 return self._run(Agent, self.evaluate)
             from agent.session import EvaluationSession
 
-            with EvaluationSession(self.config.harness, self.config.sandbox) as session:
+            with EvaluationSession(self.config.harness, self.config.sandbox, warm=self.config.budget.steps > 1) as session:
                 return self._run(Agent, session.evaluate)
         except BaseException as error:
             self.abort(error)

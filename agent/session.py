@@ -1,31 +1,49 @@
 """Where candidates are judged: one sandbox per ``kloop eval`` or agent episode, opened the same
-way for both; each evaluation runs in its own folder inside it."""
+way for both; each evaluation runs in its own folder inside it.
+
+An episode judges one candidate after another, so in the local sandbox its evaluations go through
+one long-lived harness (``sandbox.evaluate.WarmEvaluator``): the harness process, its imports and
+the reference's group (loaded, its time alone measured) are kept from one step to the next, and
+the next step's candidate group starts while the model writes it; a group that ran candidate code
+still ends with its evaluation. A single evaluation (``kloop eval``, a bash episode's verdict) has
+nothing to keep and runs one ``python -m sandbox.harness``, as does any evaluation in Docker.
+"""
 
 from __future__ import annotations
 
 from agent.run_config import SandboxSettings
 from sandbox.backends import Sandbox, open_sandbox
-from sandbox.evaluate import evaluate_in
+from sandbox.evaluate import WarmEvaluator, can_warm, evaluate_in
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 
+EPISODE_POOL_DEPTH = 1  # candidate groups started ahead for an episode: its steps come one at a time
+
 
 class EvaluationSession:
-    """``with EvaluationSession(harness, settings) as session: session.evaluate(source, step)``.
-    Raises SandboxError or GpuPoolError when the sandbox cannot be made or started."""
+    """``with EvaluationSession(harness, settings, warm=True) as session: session.evaluate(source, step)``.
+    ``warm``: several evaluations to come (an episode), judged through one long-lived harness where
+    the sandbox allows it. Raises SandboxError or GpuPoolError when the sandbox cannot be made or started."""
 
-    def __init__(self, harness: HarnessConfig, sandbox: SandboxSettings | None = None):
+    def __init__(self, harness: HarnessConfig, sandbox: SandboxSettings | None = None, warm: bool = False):
         self.config = harness
         settings = sandbox or SandboxSettings()
         self.box: Sandbox = open_sandbox(settings.backend, **settings.backend_options(harness))
+        self.warm: WarmEvaluator | None = WarmEvaluator(self.box, EPISODE_POOL_DEPTH) if warm and can_warm(self.box) else None
 
     def __enter__(self) -> EvaluationSession:
         self.box.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.box.close()
+        try:
+            if self.warm is not None:
+                self.warm.close()
+        finally:
+            self.box.close()
 
     def evaluate(self, source: str, step: int | None = None, filename: str = "solution.py") -> EvalReport:
         """Judge ``source``; a step's evaluation runs in ``step_NNN/`` (an episode's steps share the sandbox)."""
+        if self.warm is not None:
+            return self.warm.evaluate(source, self.config.model_copy(update={"solution": filename}))
         return evaluate_in(self.box, source, self.config, filename=filename, subdir="" if step is None else f"step_{step:03d}")

@@ -11,6 +11,8 @@
 #   extension_build           benchmarks/extension_build.py --phases --kloop-only: a torch extension's cold build, nvcc's front ends
 #                             at once vs plain nvcc (about 5 min)
 #   reference_call            benchmarks/reference_call_noise.py: the all_reduce reference's call, timed as a rank does, in 4 processes, then 4 pinned to a CPU
+#   ahead_gpu                 tests/sandbox/rank/test_rank_device_gpu.py and the cuda-mode harness test: a call timed with its launch hidden
+#   layouts                   reference_call_noise.py --layouts: the same in processes of random and fixed memory layout, and fixed on each CPU
 #   sync_modes                benchmarks/sync_modes.py: a rank's timed interval in fresh processes by the context's scheduling flag (SYNC_PROCESSES each)
 #   staging                   benchmarks/staging.py: a call's inputs staged to the GPU, by how the blob is mapped
 #   timing_noise              benchmarks/timing_noise.py: idle gaps, retained outputs, CPU placement (suspects of timing noise)
@@ -35,6 +37,7 @@
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/problems/test_suite_gpu.py)
 # Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
 #   extension_gpu             the torch-extension and compile-error tests of tests/sandbox/harness/test_harness_gpu.py
+#   episode_evals             benchmarks/episode_evals.py: an episode's evaluations (cuda, world 1) through one warm harness vs a harness a step
 #   cli_ab                    benchmarks/cli_latency.py: `kloop eval` (a fresh CLI, cuda, world 1) in .baseline (carried) and this
 #                             tree, CLI_RUNS each, alternating
 #   vs_pkb                    benchmarks/vs_pkb.py --server (vs_pkb_no_server: without the server's rows): PKB's run_local vs kloop eval (and through kloop serve), cold and warm, one file (about 6 min)
@@ -82,6 +85,11 @@ run=0
 for name in "$@"; do
   case $name in
     gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
+    ahead_gpu) part "$name" 240 $PYTEST tests/sandbox/rank/test_rank_device_gpu.py tests/sandbox/harness/test_harness_gpu.py -k "flush or ahead or cuda_mode_times"
+      grep -oE "(timed vs ahead|reference alone|flush before a timed|an 8 MiB read).*" "$OUT/$name.log" | cut -c1-600 ;;
+    episode_evals) part "$name" 400 python3 benchmarks/episode_evals.py --device cuda --world 1 --steps "${EPISODE_STEPS:-4}" \
+        --sessions "${EPISODE_SESSIONS:-2}"
+      grep -E "session [0-9]+:" "$OUT/$name.log"; sed -n '/^steps after the first/,$p' "$OUT/$name.log" ;;
     extension_gpu) part "$name" 300 $PYTEST tests/sandbox/harness/test_harness_gpu.py -k "torch_extension_path or own_module or compile_error" ;;
     cli_ab) part "$name" 240 python3 benchmarks/cli_latency.py --device cuda --world 1 --runs "${CLI_RUNS:-3}" --baseline .baseline
       sed -n '/^kloop eval/,$p' "$OUT/$name.log" ;;
@@ -98,6 +106,8 @@ for name in "$@"; do
     sync_modes) part "$name" 240 python3 benchmarks/sync_modes.py --processes "${SYNC_PROCESSES:-5}" --json "$OUT/sync_modes.json"
       grep -E "^process=" "$OUT/$name.log" | cut -c1-300; sed -n '/^medians over/,$p' "$OUT/$name.log" ;;
     reference_call) part "$name" 120 python3 benchmarks/reference_call_noise.py --processes 4 --pinned; sed -n '/^a rank/,$p' "$OUT/$name.log" ;;
+    layouts) part "$name" 300 python3 benchmarks/reference_call_noise.py --layouts --processes "${LAYOUT_PROCESSES:-6}"
+      grep -E "process [0-9]+" "$OUT/$name.log" | cut -c1-240; sed -n '/^medians of/,$p' "$OUT/$name.log" ;;
     hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
     hostile_memfd) part "$name" 240 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k memory_files; grep -E " cuda w1: |   timing check" "$OUT/$name.log" | cut -c1-400 ;;
     hostile_cuda) part "$name" 420 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: |   timing check" "$OUT/$name.log" | cut -c1-700 ;;

@@ -76,17 +76,19 @@ class WarmEvaluator:
     time (callers that share it take turns). If the harness dies it is started again and the
     evaluation in flight is reported as crashed."""
 
-    def __init__(self, box):
-        if not hasattr(box, "spawn"):
+    def __init__(self, box, depth: int | None = None):
+        if not can_warm(box):
             raise SandboxError(f"warm evaluation needs the local sandbox, not {box.name}")
         self.box = box
+        self.depth = depth  # candidate groups started ahead (None: the harness's default for the device)
         self.process = None
         self._ids = 0
         self._lock = threading.Lock()
 
     def _ensure(self) -> None:
         if self.process is None or self.process.poll() is not None:
-            self.process = self.box.spawn([self.box.python, "-m", "sandbox.harness.serve"])
+            depth = ["--depth", str(self.depth)] if self.depth else []
+            self.process = self.box.spawn([self.box.python, "-m", "sandbox.harness.serve", *depth])
 
     def evaluate(self, source: str, config: HarnessConfig) -> EvalReport:
         with self._lock:
@@ -97,7 +99,10 @@ class WarmEvaluator:
                 self.process.stdin.write((json.dumps(request) + "\n").encode())
                 self.process.stdin.flush()
                 line = _read_line(self.process.stdout, harness_budget_s(config))
-            except (BrokenPipeError, OSError, TimeoutError) as error:
+            except TimeoutError as error:
+                self.close()
+                return _failure(config, f"the harness timed out without a report ({error})", status="timeout")
+            except (BrokenPipeError, OSError) as error:
                 self.close()
                 return _failure(config, f"the warm harness failed ({type(error).__name__}: {error})")
             try:
@@ -151,6 +156,11 @@ def _read_line(stream, timeout_s: float) -> bytes:
     return buffer
 
 
-def _failure(config: HarnessConfig, message: str) -> EvalReport:
-    return EvalReport(status="crashed", message=message, problem=config.problem, world=config.world, device=config.device,
+def can_warm(box) -> bool:
+    """Whether ``box`` can hold a long-lived harness (``WarmEvaluator``): the local sandbox can."""
+    return hasattr(box, "spawn")
+
+
+def _failure(config: HarnessConfig, message: str, status: str = "crashed") -> EvalReport:
+    return EvalReport(status=status, message=message, problem=config.problem, world=config.world, device=config.device,
                       dtype=config.dtype or "", size=config.size or "")

@@ -233,6 +233,9 @@ class EvalReport(ReportModel):
     reference_alone_age_s: float | None = Field(None, description="how long before this evaluation's build stage the "
                                                 "reference's time alone was measured, where a long-lived harness's kept "
                                                 "reference group had it from an earlier evaluation; None: measured in this one")
+    reference_device_ms: float | None = Field(None, description="the reference's median call on the device alone, its launch "
+                                              "hidden behind the L2 flushes (a GPU only): the timed calls also hold the host's "
+                                              "launch and sync, which for a short call can be most of it")
     candidate_timing: Timing | None = None
     speedup: float | None = Field(None, description="reference median / candidate median; only on correct reports")
     speedup_ci: list[float] | None = Field(None, description="95% bootstrap interval of the speedup over the timed rounds")

@@ -152,7 +152,7 @@ def run_agent_episode(ctx: EpisodeContext) -> EpisodeResult:
 
     run = Episode(run_config, model=model, folder=ctx.run_dir, info={"batch_episode": episode.id}, on_step=on_step)
     try:
-        session = EvaluationSession(harness, sandbox) if ctx.evaluate is None else None
+        session = EvaluationSession(harness, sandbox, warm=not single) if ctx.evaluate is None else None
         with session or nullcontext():
             def evaluate(source: str, step: int):
                 report = session.evaluate(source, step) if session is not None else ctx.evaluate(source, harness)

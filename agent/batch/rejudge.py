@@ -78,7 +78,7 @@ def rejudge_episode(folder: Path, out: Path, result: EpisodeResult, best_only: b
         sandbox = sandbox.model_copy(update={"gpus": ",".join(gpus)})
     changes, new_points = [], {p.step: p for p in result.steps}
     reports = {}
-    with EvaluationSession(harness, sandbox) as session:
+    with EvaluationSession(harness, sandbox, warm=not best_only) as session:
         for step in _episode_steps(run, result, best_only):
             source = (run / "steps" / f"{step:03d}" / "solution.py").read_text()
             report = session.evaluate(source, step)

@@ -67,6 +67,7 @@ MEMFD_INPUTS_NOTE = ("inputs reached the ranks through memory files, masked unti
                      "device memory here, or KLOOP_INPUT_BLOBS=memfd): staging them took longer than from device memory")
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
 PROFILED_CALLS = 5
+DEVICE_TIME_CALLS = 8  # the reference's calls timed with the launch hidden (_reference_device_ms)
 MAX_REVEAL_BYTES = 64 * 2**30
 STAGES = ("static", "build", "correctness", "stress", "performance", "recheck", "profile")
 
@@ -328,6 +329,7 @@ class Evaluation:
         if kept is not None:
             self.reference_alone = timing.Series(self._empty_interval_ms, kept.rounds)
             self.report.reference_alone_age_s = round(time.monotonic() - kept.measured_at, 3)
+            device_ms = kept.device_ms
         else:
             series = self.reference_alone = timing.Series(self._empty_interval_ms)
             counts = [min(max(self.config.warmup, 1), size)] + [size] * max(MIN_ROUNDS, -(-target // size))
@@ -336,8 +338,34 @@ class Evaluation:
                     record = self._timed_round(self.reference, calls[:count], [])  # slowed an honest candidate's reference
                     if index:  # (a 1.39x spread over 5 jobs on the H200)
                         series.rounds.append(record)
-            keep_alone(self.reference, plan, series.rounds)
+                device_ms = self._reference_device_ms(calls[:DEVICE_TIME_CALLS])
+            keep_alone(self.reference, plan, series.rounds, device_ms)
         self.report.reference_alone_ms = round(statistics.median(self.reference_alone.steps()), 6)
+        self._note_host_bound(device_ms)
+
+    def _reference_device_ms(self, calls: list[Call]) -> float | None:
+        """The reference's median device time a call, its launch hidden behind the flushes
+        (``RankDevice.timed_ahead``; the slowest rank's, call by call), on a GPU only. The timed
+        calls hold the host's launch and sync too, which for a short call can be most of it."""
+        if self.config.device != "cuda" or not self._flushes:
+            return None
+        round_id = self._next_round()
+        self._stage(self.reference, round_id, calls, "reference device time")
+        per_call = []
+        for index, call in enumerate(calls):
+            answers = self.reference.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng,
+                                          "nonce": call.nonce.hex(), "mask": call.mask, "ahead": self._flushes},
+                                         m.Done, self.config.timeouts.correctness_s, "reference device time")
+            per_call.append(max(a.reply.ms for a in self._checked(self.reference, answers)))
+        self._drop(self.reference, round_id)
+        return round(statistics.median(per_call), 6)
+
+    def _note_host_bound(self, device_ms: float | None) -> None:
+        """The reference's device time in the report, and a note where its call is mostly the host's."""
+        self.report.reference_device_ms = device_ms
+        note = timing.host_bound_note(device_ms, self.report.reference_alone_ms)
+        if note:
+            self.report.notes.append(note)
 
     def _candidate_path(self) -> list[str]:
         paths = [str(self.candidate_dir)]

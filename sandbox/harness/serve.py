@@ -4,29 +4,32 @@ Requests come as JSON lines on stdin (``{"id": ..., "config": HarnessConfig, "so
 reports go as JSON lines (``{"id": ..., "report": EvalReport}``) to the original stdout, which no
 rank can reach (as in ``python -m sandbox.harness``). Between evaluations it keeps rank groups
 warm (sandbox.harness.warm): a candidate group started ahead and used once, the reference's kept
-for the next evaluation of the same problem. Used by batches and the service through
-``sandbox.evaluate.WarmEvaluator``.
+for the next evaluation of the same problem. Used by agent episodes, batches and the service
+through ``sandbox.evaluate.WarmEvaluator``; ``--depth N``: N candidate groups started ahead (an
+episode's one evaluation at a time needs one).
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from sandbox.harness.__main__ import crash_report, prepare_process, write_report
 
 
-def serve(report_fd: int, workdir: Path) -> None:
+def serve(report_fd: int, workdir: Path, depth: int | None = None) -> None:
     from pydantic import ValidationError
 
     from sandbox.harness.config import HarnessConfig
     from sandbox.harness.pipeline import Evaluation
     from sandbox.harness.warm import WarmGroups
-    groups = WarmGroups(workdir / "groups")
+    groups = WarmGroups(workdir / "groups", depth=depth)
     counter = itertools.count(1)
     try:
         for line in sys.stdin:
@@ -37,11 +40,14 @@ def serve(report_fd: int, workdir: Path) -> None:
                 request = json.loads(line)
                 request_id = request.get("id")
                 config = HarnessConfig.model_validate(request["config"])
-                folder = workdir / f"eval-{next(counter)}"
-                folder.mkdir(parents=True)
+                # a folder of its own even where a harness killed before this one left its evaluation's
+                folder = Path(tempfile.mkdtemp(prefix=f"eval-{next(counter)}-", dir=workdir))
                 (folder / config.solution).write_text(request["source"])
             except (ValueError, KeyError, TypeError, ValidationError) as error:
                 write_report(report_fd, {"id": request_id, "error": f"a malformed request: {error}"[:2000]})
+                continue
+            except OSError as error:  # the work dir (full, say): this request fails, the harness goes on
+                write_report(report_fd, {"id": request_id, "error": f"could not set up the evaluation: {error}"[:2000]})
                 continue
             try:
                 report = Evaluation(config, folder, groups=groups).run()
@@ -53,10 +59,14 @@ def serve(report_fd: int, workdir: Path) -> None:
         groups.close()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.harness.serve")
+    parser.add_argument("--depth", type=int, default=None,
+                        help="candidate groups started ahead per kind (default: sandbox.harness.warm.pool_depth of the device)")
+    args = parser.parse_args(argv)
     workdir = Path.cwd()
     report_fd = prepare_process(workdir)
-    serve(report_fd, workdir)
+    serve(report_fd, workdir, depth=args.depth if args.depth and args.depth > 0 else None)
     os.close(report_fd)
     return 0
 

@@ -67,6 +67,8 @@ ROOFLINE_MARGIN = 1.5  # a call faster than roofline / this is impossible on thi
 # can do, 26-29% (43% its fastest call); work hidden in staging or after the timer read 112-147% of it, `correct`
 # (tests/fixtures/hostile/precompute_at_stage.py, work_after_timer.py)
 HBM_DATASHEET_MARGIN = 1.1
+# a reference whose call on the device (its launch hidden) is less than this share of its timed call is mostly the host's
+HOST_BOUND_SHARE = 0.5
 BOOTSTRAP_SAMPLES = 1000
 PRECISION_SAMPLES = 200  # bootstrap resamples for deciding whether to time more (the reported interval takes the full count)
 REACH_SLACK = 1.5  # timing goes on while the most calls allowed may bring the interval within this many times the precision
@@ -299,6 +301,21 @@ def stop_reason(reference: Series, candidate: Series, precision: float, target: 
     if projected > REACH_SLACK * precision:
         return f"at the spread seen, the {most} calls allowed would have left it about +-{projected:.0%}, so timing stopped there"
     return None
+
+
+def host_bound_note(device_ms: float | None, timed_ms: float | None) -> str | None:
+    """What a report says when the reference's timed call (``timed_ms``, alone) is mostly the
+    host's: its launch and the sync. Measured on an H100 host on 2026-12-06, the all_reduce
+    reference at world 1 ran 0.0268-0.0269 ms on the device in each of 18 fresh processes, and
+    0.084-0.228 ms timed as a rank times it, slow and fast processes minutes apart whatever their
+    memory layout or CPU (``benchmarks/reference_call_noise.py --layouts``)."""
+    if device_ms is None or not timed_ms or device_ms >= HOST_BOUND_SHARE * timed_ms:
+        return None
+    return (f"the reference's call is mostly the host's work: {device_ms:.4f} ms of its {timed_ms:.4f} ms ran on the device "
+            "(timed with its launch hidden); the rest, launching it and waiting for it, moves with the host's pace from job to "
+            "job (1.3-2.7x between processes minutes apart on an H100 host), and this speedup with it: compare it with other "
+            "jobs' by their intervals, not their points; a faster kernel gains little here unless the host's work per call "
+            "shrinks too")
 
 
 def slowed(beside: list[float], alone: list[float], factor: float) -> bool:

@@ -83,10 +83,12 @@ KEEP_ALONE_OVERRIDE = env_count("KLOOP_KEEP_ALONE")  # one count for every devic
 @dataclass
 class KeptAlone:
     """The reference's timed rounds alone (raw claims: each evaluation subtracts its own empty
-    interval), when they were measured (``time.monotonic``), how many evaluations they served."""
+    interval), when they were measured (``time.monotonic``), its device time a call, how many
+    evaluations they served."""
 
     rounds: list
     measured_at: float
+    device_ms: float | None = None  # its device time a call, the launch hidden (pipeline._reference_device_ms)
     uses: int = 1
 
 
@@ -102,8 +104,8 @@ def kept_alone(group: RankGroup, plan: tuple, device: str) -> KeptAlone | None:
     return kept
 
 
-def keep_alone(group: RankGroup, plan: tuple, rounds: list) -> None:
-    group.kept_alone[plan] = KeptAlone(rounds, time.monotonic())
+def keep_alone(group: RankGroup, plan: tuple, rounds: list, device_ms: float | None = None) -> None:
+    group.kept_alone[plan] = KeptAlone(rounds, time.monotonic(), device_ms)
 
 
 def drop_alone(group: RankGroup) -> None:

@@ -160,15 +160,21 @@ class RankServer:
         seed_global_rng(self.torch, rng, self.device.cuda)
 
     def call(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
-        """One call of a staged round: its inputs unmasked, the L2 flushed once, timed, committed."""
+        """One call of a staged round: its inputs unmasked, the L2 flushed once, timed, committed.
+        With ``ahead`` (the parent asks it of the reference only), its device time with its launch
+        hidden behind ``ahead`` flushes (``RankDevice.timed_ahead``)."""
         current = self.rounds[message["round"]]
         index = message["index"]
         entry = current["calls"][index]
         inputs = self._unmasked(entry, message.get("mask"))
         self._prepare(message["rng"])
-        if message.get("flush", True):
-            self.device.flush_l2(1)
-        result, ms = self.device.timed(lambda: self.fn(*inputs))
+        ahead = message.get("ahead")
+        if isinstance(ahead, int) and not isinstance(ahead, bool) and ahead > 0:
+            result, ms = self.device.timed_ahead(lambda: self.fn(*inputs), ahead)
+        else:
+            if message.get("flush", True):
+                self.device.flush_l2(1)
+            result, ms = self.device.timed(lambda: self.fn(*inputs))
         leaves = self._output_leaves(result)
         current["outputs"][index] = leaves
         return {"type": "done", "round": message["round"], "index": index, "ms": ms,

@@ -29,6 +29,7 @@ def test_fp32_accumulation_beats_the_bf16_reference_and_passes(local_sandbox, wo
     assert max(v.max_abs_err for v in report.ranks) < 0.5
     assert report.reference_timing and report.candidate_timing and report.speedup > 0
     assert report.candidate_timing.sync_overhead_ms > 0  # the empty interval subtracted from each iteration
+    assert report.reference_alone_ms > 0 and report.reference_device_ms is None  # a device time is a GPU's only
     assert "landlock-abi7" in report.isolation or any(m.startswith("landlock") for m in report.isolation)
 
 

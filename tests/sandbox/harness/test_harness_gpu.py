@@ -43,6 +43,11 @@ def test_cuda_mode_times_reference_and_candidate(local_sandbox):
     assert report.reference_timing.median_ms > 0 and report.candidate_timing.median_ms > 0
     assert report.speedup is not None and report.roofline is not None and 0 < report.roofline_fraction < 1.5
     assert report.profile is not None and any("one_shot_all_reduce" in k.name for k in report.profile.kernels)
+    # the reference's call on the device, its launch hidden: part of its timed call alone, and said when it is the lesser part
+    print(f"reference alone {report.reference_alone_ms} ms, on the device {report.reference_device_ms} ms; notes {report.notes}")
+    assert 0 < report.reference_device_ms < report.reference_alone_ms
+    host_bound = any(note.startswith("the reference's call is mostly the host's work") for note in report.notes)
+    assert host_bound == (report.reference_device_ms < 0.5 * report.reference_alone_ms)
 
 
 def test_a_group_started_ahead_imports_shape_checks(local_sandbox):

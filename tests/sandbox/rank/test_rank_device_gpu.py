@@ -44,3 +44,36 @@ def test_the_flush_keeps_the_gpu_busy_for_the_warm_up(tmp_path):
         assert reads[True] > reads[False]
     finally:
         torch.distributed.destroy_process_group()
+
+
+def test_a_call_timed_ahead_holds_its_device_time_without_the_launch(tmp_path):
+    """``timed_ahead`` queues the call behind the flushes: a call of many tiny kernels, whose
+    timed interval is mostly the host launching them, reads far shorter ahead; a call of one large
+    copy reads alike both ways (its device time is all there is)."""
+    import torch
+
+    from sandbox.rank.device import RankDevice
+
+    device = RankDevice(0, 1, "cuda", str(tmp_path / "store"), collectives=True)
+    try:
+        tiny = torch.zeros(1, device="cuda")
+        big = torch.empty(32 * 2**20, dtype=torch.bfloat16, device="cuda")  # 64 MiB
+
+        def many_launches():
+            for _ in range(200):
+                tiny.add_(1)
+
+        reads = {}
+        for name, body in (("200 tiny kernels", many_launches), ("one 64 MiB copy", big.clone)):
+            for how, timer in (("timed", lambda b=body: device.timed(b)), ("ahead", lambda b=body: device.timed_ahead(b, device.flushes))):
+                times = []
+                for _ in range(12):
+                    device.flush_l2(device.flushes)
+                    times.append(timer()[1])
+                reads[name, how] = sorted(times)[len(times) // 2]
+        print("timed vs ahead (median ms): " + ", ".join(f"{name} {how} {ms:.4f}" for (name, how), ms in reads.items()))
+        assert reads["200 tiny kernels", "ahead"] < 0.7 * reads["200 tiny kernels", "timed"]
+        assert reads["one 64 MiB copy", "ahead"] <= reads["one 64 MiB copy", "timed"] * 1.05
+        assert reads["one 64 MiB copy", "ahead"] >= 0.5 * reads["one 64 MiB copy", "timed"]
+    finally:
+        torch.distributed.destroy_process_group()
