@@ -32,6 +32,12 @@ def harness_budget_s(config: HarnessConfig) -> float:
     return 2 * t.startup_s + 2 * t.build_s + 3 * t.correctness_s + 2 * t.performance_s + t.profile_s + HARNESS_SLACK_S
 
 
+def evaluation_budget_s(config: HarnessConfig, timeout_s: float | None = None) -> float:
+    """How long one evaluation may take before its harness is killed: the sum of its stage limits
+    with some slack, or ``timeout_s`` where that is shorter (an agent's command with a deadline)."""
+    return harness_budget_s(config) if timeout_s is None else min(harness_budget_s(config), max(timeout_s, 1.0))
+
+
 def evaluate_in(box: Sandbox, source: str, config: HarnessConfig, filename: str = "solution.py", subdir: str = "",
                 timeout_s: float | None = None) -> EvalReport:
     """Run the harness on ``source`` inside the started sandbox ``box``, in its own ``subdir``
@@ -41,8 +47,8 @@ def evaluate_in(box: Sandbox, source: str, config: HarnessConfig, filename: str 
     prefix = f"{subdir}/" if subdir else ""
     box.write_file(prefix + filename, source)
     box.write_file(prefix + "harness.json", config.model_dump_json())
-    budget = harness_budget_s(config) if timeout_s is None else min(harness_budget_s(config), max(timeout_s, 1.0))
-    result = box.exec([box.python, "-m", "sandbox.harness", "--config", "harness.json"], timeout_s=budget, cwd=subdir or None)
+    result = box.exec([box.python, "-m", "sandbox.harness", "--config", "harness.json"], timeout_s=evaluation_budget_s(config, timeout_s),
+                      cwd=subdir or None)
     try:
         report = EvalReport.model_validate(json.loads(result.stdout))
     except (ValueError, ValidationError) as error:
@@ -90,7 +96,9 @@ class WarmEvaluator:
             depth = ["--depth", str(self.depth)] if self.depth else []
             self.process = self.box.spawn([self.box.python, "-m", "sandbox.harness.serve", *depth])
 
-    def evaluate(self, source: str, config: HarnessConfig) -> EvalReport:
+    def evaluate(self, source: str, config: HarnessConfig, timeout_s: float | None = None) -> EvalReport:
+        """``source`` judged under ``config``; ``timeout_s`` shortens the harness's budget (an agent's
+        command with a deadline), past which the harness is ended and started again for the next."""
         with self._lock:
             self._ensure()
             self._ids += 1
@@ -98,7 +106,7 @@ class WarmEvaluator:
             try:
                 self.process.stdin.write((json.dumps(request) + "\n").encode())
                 self.process.stdin.flush()
-                line = _read_line(self.process.stdout, harness_budget_s(config))
+                line = _read_line(self.process.stdout, evaluation_budget_s(config, timeout_s))
             except TimeoutError as error:
                 self.close()
                 return _failure(config, f"the harness timed out without a report ({error})", status="timeout")

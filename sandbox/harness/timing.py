@@ -306,7 +306,7 @@ def stop_reason(reference: Series, candidate: Series, precision: float, target: 
 def host_bound_note(device_ms: float | None, timed_ms: float | None) -> str | None:
     """What a report says when the reference's timed call (``timed_ms``, alone) is mostly the
     host's: its launch and the sync. Measured on an H100 host on 2026-12-06, the all_reduce
-    reference at world 1 ran 0.0268-0.0269 ms on the device in each of 18 fresh processes, and
+    reference at world 1 (32 MiB) ran 0.0268-0.0269 ms on the device in each of 18 fresh processes, and
     0.084-0.228 ms timed as a rank times it, slow and fast processes minutes apart whatever their
     memory layout or CPU (``benchmarks/reference_call_noise.py --layouts``)."""
     if device_ms is None or not timed_ms or device_ms >= HOST_BOUND_SHARE * timed_ms:
