@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from agent.run_config import SandboxSettings
 from sandbox.backends import Sandbox, open_sandbox
-from sandbox.evaluate import WarmEvaluator, can_warm, evaluate_in
+from sandbox.evaluate import SequentialEvaluator
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
-
-EPISODE_POOL_DEPTH = 1  # candidate groups started ahead for an episode: its steps come one at a time
 
 
 class EvaluationSession:
@@ -29,7 +27,7 @@ class EvaluationSession:
         self.config = harness
         settings = sandbox or SandboxSettings()
         self.box: Sandbox = open_sandbox(settings.backend, **settings.backend_options(harness))
-        self.warm: WarmEvaluator | None = WarmEvaluator(self.box, EPISODE_POOL_DEPTH) if warm and can_warm(self.box) else None
+        self.evaluator = SequentialEvaluator(self.box, warm)
 
     def __enter__(self) -> EvaluationSession:
         self.box.start()
@@ -37,13 +35,10 @@ class EvaluationSession:
 
     def __exit__(self, *exc) -> None:
         try:
-            if self.warm is not None:
-                self.warm.close()
+            self.evaluator.close()
         finally:
             self.box.close()
 
     def evaluate(self, source: str, step: int | None = None, filename: str = "solution.py") -> EvalReport:
         """Judge ``source``; a step's evaluation runs in ``step_NNN/`` (an episode's steps share the sandbox)."""
-        if self.warm is not None:
-            return self.warm.evaluate(source, self.config.model_copy(update={"solution": filename}))
-        return evaluate_in(self.box, source, self.config, filename=filename, subdir="" if step is None else f"step_{step:03d}")
+        return self.evaluator.evaluate(source, self.config, filename=filename, subdir="" if step is None else f"step_{step:03d}")

@@ -37,6 +37,7 @@
 #   problems:CAT[,CAT]        every problem of these categories, its reference as a candidate (tests/problems/test_suite_gpu.py)
 # Issue 13 (carry `.pkb` too, a ParallelKernelBench checkout):
 #   extension_gpu             the torch-extension and compile-error tests of tests/sandbox/harness/test_harness_gpu.py
+#   episode_gpu               tests/agent/test_session_gpu.py and tests/agent/bash/test_bash_gpu.py: episodes' evaluations through one warm harness
 #   episode_evals             benchmarks/episode_evals.py: an episode's evaluations (cuda, world 1) through one warm harness vs a harness a step
 #   cli_ab                    benchmarks/cli_latency.py: `kloop eval` (a fresh CLI, cuda, world 1) in .baseline (carried) and this
 #                             tree, CLI_RUNS each, alternating
@@ -87,6 +88,8 @@ for name in "$@"; do
     gpu_tests) part "$name" 480 $PYTEST tests/sandbox/harness/test_harness_gpu.py ;;
     ahead_gpu) part "$name" 240 $PYTEST tests/sandbox/rank/test_rank_device_gpu.py tests/sandbox/harness/test_harness_gpu.py -k "flush or ahead or cuda_mode_times"
       grep -oE "(timed vs ahead|reference alone|flush before a timed|an 8 MiB read).*" "$OUT/$name.log" | cut -c1-600 ;;
+    episode_gpu) part "$name" 380 $PYTEST tests/agent/test_session_gpu.py tests/agent/bash/test_bash_gpu.py
+      grep -oE "^step [0-9]: .{0,200}|(check|bench|profile) solution.py: [A-Z]+.{0,80}" "$OUT/$name.log" | head -20 ;;
     episode_evals) part "$name" 400 python3 benchmarks/episode_evals.py --device cuda --world 1 --steps "${EPISODE_STEPS:-4}" \
         --sessions "${EPISODE_SESSIONS:-2}"
       grep -E "session [0-9]+:" "$OUT/$name.log"; sed -n '/^steps after the first/,$p' "$OUT/$name.log" ;;

@@ -2,8 +2,9 @@
 
 ``evaluate_in(box, source, config)`` runs one ``python -m sandbox.harness`` per evaluation (any
 backend). ``WarmEvaluator(box)`` keeps one long-lived harness in a local sandbox
-(``python -m sandbox.harness.serve``) whose rank groups are started ahead, for batches and the
-service: the same reports, a fraction of the start-up.
+(``python -m sandbox.harness.serve``) whose rank groups are started ahead, for episodes, batches
+and the service: the same reports, a fraction of the start-up. ``SequentialEvaluator`` picks one
+of the two for evaluations that come one after another.
 """
 
 from __future__ import annotations
@@ -148,6 +149,29 @@ class WarmEvaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class SequentialEvaluator:
+    """Evaluations one after another in the started sandbox ``box`` (an agent episode's steps, a
+    bash episode's checks): with ``warm``, through one long-lived harness where the sandbox allows
+    it (``WarmEvaluator``, one candidate group started ahead: the next evaluation comes after this
+    one), else a harness process each (``evaluate_in``)."""
+
+    DEPTH = 1
+
+    def __init__(self, box, warm: bool):
+        self.box = box
+        self.warm = WarmEvaluator(box, self.DEPTH) if warm and box is not None and can_warm(box) else None
+
+    def evaluate(self, source: str, config: HarnessConfig, filename: str = "solution.py", subdir: str = "",
+                 timeout_s: float | None = None) -> EvalReport:
+        if self.warm is not None:
+            return self.warm.evaluate(source, config.model_copy(update={"solution": filename}), timeout_s)
+        return evaluate_in(self.box, source, config, filename=filename, subdir=subdir, timeout_s=timeout_s)
+
+    def close(self) -> None:
+        if self.warm is not None:
+            self.warm.close()
 
 
 def _read_line(stream, timeout_s: float) -> bytes:

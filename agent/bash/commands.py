@@ -17,11 +17,10 @@ from pydantic import BaseModel
 from agent.bash.config import BashSettings
 from agent.errors import UserError
 from agent.run_config import harness_config
-from agent.session import EPISODE_POOL_DEPTH
 from problems.contract import Problem
 from prompts import render
 from sandbox.backends import Sandbox
-from sandbox.evaluate import WarmEvaluator, can_warm, evaluate_in
+from sandbox.evaluate import SequentialEvaluator
 from sandbox.harness.config import HarnessConfig, gpus_needed
 
 log = structlog.get_logger(__name__)
@@ -46,8 +45,7 @@ class KloopCommands:
         self.box, self.problem, self.harness, self.settings = box, problem, harness, settings
         self.submission: Submission | None = None
         self.reports: list[dict[str, Any]] = []
-        # an episode's checks come one after another: one long-lived harness where the sandbox allows it (agent/session.py)
-        self.warm = WarmEvaluator(box, EPISODE_POOL_DEPTH) if box is not None and can_warm(box) else None
+        self.evaluator = SequentialEvaluator(box, warm=True)  # an episode's checks, one after another
 
     def __enter__(self) -> KloopCommands:
         self.box.start()
@@ -55,8 +53,7 @@ class KloopCommands:
 
     def __exit__(self, *exc) -> None:
         try:
-            if self.warm is not None:
-                self.warm.close()
+            self.evaluator.close()
         finally:
             self.box.close()
 
@@ -83,10 +80,7 @@ class KloopCommands:
         if seconds_left < MIN_SECONDS:
             return self.refuse(tool, f"only {seconds_left:.0f} s of this command's time is left; run it as a command of its own")
         index = len(self.reports) + 1
-        if self.warm is not None:
-            report = self.warm.evaluate(request["source"], config, timeout_s=seconds_left)
-        else:
-            report = evaluate_in(self.box, request["source"], config, subdir=f"checks/{index:03d}", timeout_s=seconds_left)
+        report = self.evaluator.evaluate(request["source"], config, subdir=f"checks/{index:03d}", timeout_s=seconds_left)
         self.reports.append({"tool": tool, "file": file, "status": report.status, "speedup": report.speedup,
                              "world": config.world, "device": config.device, "wall_s": report.wall_s})
         log.info("kloop command", tool=tool, status=report.status, world=config.world, device=config.device)

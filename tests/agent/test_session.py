@@ -26,7 +26,7 @@ def test_an_episode_judges_its_steps_through_one_harness_with_groups_started_ahe
             if step == 1:
                 time.sleep(MODEL_THINKS_S)  # the model writes the next step meanwhile
             reports.append(session.evaluate(source(name), step))
-            pids.append(session.warm.process.pid)
+            pids.append(session.evaluator.warm.process.pid)
         marker = session.box.marker
     assert [r.status for r in reports] == ["correct", "wrong", "correct"], [r.message for r in reports]
     assert len(set(pids)) == 1  # one harness process for the whole episode
@@ -38,7 +38,7 @@ def test_an_episode_judges_its_steps_through_one_harness_with_groups_started_ahe
 
 def test_a_single_evaluation_runs_a_harness_of_its_own():
     with EvaluationSession(harness()) as session:
-        assert session.warm is None
+        assert session.evaluator.warm is None
         assert session.evaluate(source("all_reduce_fp32")).status == "correct"
 
 
@@ -46,7 +46,7 @@ def test_a_warm_harness_that_stops_answering_is_a_timeout_and_the_next_step_gets
     with EvaluationSession(harness(timeouts=StageTimeouts(correctness_s=30)), warm=True) as session:
         monkeypatch.setattr(sandbox.evaluate, "harness_budget_s", lambda config: 3.0)  # less than the hang's own stage limit
         hung = session.evaluate(source("all_reduce_hang"), 0)
-        first = session.warm.process
+        first = session.evaluator.warm.process
         assert first is None  # ended with everything it kept
         monkeypatch.undo()
         after = session.evaluate(source("all_reduce_fp32"), 1)

@@ -20,11 +20,11 @@ def test_checks_share_one_harness_and_a_check_past_its_time_ends_it():
                             timeouts=StageTimeouts(correctness_s=60))
     with KloopCommands(open_sandbox("local"), get_problem("all_reduce"), harness, BashSettings()) as commands:
         first = check(commands, "all_reduce_fp32")
-        pid = commands.warm.process.pid
+        pid = commands.evaluator.warm.process.pid
         wrong = check(commands, "all_reduce_wrong_rank")
-        assert commands.warm.process.pid == pid  # the same harness answered both
+        assert commands.evaluator.warm.process.pid == pid  # the same harness answered both
         hung = check(commands, "all_reduce_hang", seconds_left=6.0)  # the hang's own stage limit is 60 s
-        assert commands.warm.process is None  # ended, with the groups it kept
+        assert commands.evaluator.warm.process is None  # ended, with the groups it kept
         after = check(commands, "all_reduce_fp32")
         marker = commands.box.marker
     assert first["exit_code"] == 0 and wrong["exit_code"] == 1 and after["exit_code"] == 0
