@@ -22,6 +22,15 @@ from paths import ROOT
 from table import print_table
 
 
+def add_candidate_arguments(parser: argparse.ArgumentParser) -> None:
+    """--problem, --candidate (default: the symmetric-memory all_reduce), --device, --world, --allow-nccl."""
+    parser.add_argument("--problem", default="all_reduce")
+    parser.add_argument("--candidate", type=Path, default=ROOT / "tests/fixtures/candidates/all_reduce_symm.py")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "emulate", "cpu"])
+    parser.add_argument("--world", type=int, default=1)
+    parser.add_argument("--allow-nccl", action="store_true")
+
+
 def eval_command(args: argparse.Namespace, *extra: str) -> list[str]:
     """``kloop eval --json`` of ``args``' problem, candidate, world and device (and --allow-nccl), then ``extra``."""
     return [sys.executable, "-m", "agent", "eval", args.problem, str(args.candidate.resolve()), "--world", str(args.world),
@@ -52,11 +61,7 @@ def one_run(tree: Path, args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--problem", default="all_reduce")
-    parser.add_argument("--candidate", type=Path, default=ROOT / "tests/fixtures/candidates/all_reduce_symm.py")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "emulate", "cpu"])
-    parser.add_argument("--world", type=int, default=1)
-    parser.add_argument("--allow-nccl", action="store_true")
+    add_candidate_arguments(parser)
     parser.add_argument("--runs", type=int, default=3, help="runs of each tree (the first of each is a cold one)")
     parser.add_argument("--baseline", type=Path, help="an older checkout to time beside this one")
     parser.add_argument("--timeout-s", type=float, default=300.0)

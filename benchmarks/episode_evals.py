@@ -14,9 +14,8 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from paths import ROOT
+from cli_latency import add_candidate_arguments
 from table import print_table
 
 KINDS = {"warm": True, "fresh": False}
@@ -43,11 +42,7 @@ def session_walls(args: argparse.Namespace, warm: bool) -> list[tuple[float, str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--problem", default="all_reduce")
-    parser.add_argument("--candidate", type=Path, default=ROOT / "tests/fixtures/candidates/all_reduce_symm.py")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "emulate", "cpu"])
-    parser.add_argument("--world", type=int, default=1)
-    parser.add_argument("--allow-nccl", action="store_true")
+    add_candidate_arguments(parser)
     parser.add_argument("--untimed", action="store_true", help="correctness only (no timing, no profile)")
     parser.add_argument("--steps", type=int, default=4, help="evaluations a session")
     parser.add_argument("--sessions", type=int, default=2, help="sessions of each kind, in alternation")
