@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where the rank's tensor lives")
     parser.add_argument("--mib", type=int, nargs="+", default=[1, 16, 64, 128], help="tensor sizes in MiB")
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--leaf-kib", type=int, nargs="+", default=None,
+    parser.add_argument("--leaf-kib", type=float, nargs="+", default=None,
                         help="tree leaf sizes to compare (default: the judge's own)")
     args = parser.parse_args(argv)
     import torch
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device: run with --device cpu", file=sys.stderr)
         return 2
     default_leaf = commitment.TREE_LEAF_BYTES
-    leaves = [k * 1024 for k in args.leaf_kib] if args.leaf_kib else [default_leaf]
+    leaves = [int(k * 1024) for k in args.leaf_kib] if args.leaf_kib else [default_leaf]
     rows = []
     for mib in args.mib:
         tensor = torch.randint(0, 256, (mib * 2**20,), dtype=torch.uint8, device=args.device)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 parent = _timed_ms(torch, lambda: commitment.tree_digest(host), args.repeats, False)
             finally:
                 commitment.TREE_LEAF_BYTES = default_leaf
-            rows.append([f"{mib} MiB", "tree", leaf // 1024, *spread(rank)[:3], spread(parent)[0]])
+            rows.append([f"{mib} MiB", "tree", f"{leaf / 1024:g}", *spread(rank)[:3], spread(parent)[0]])
         print(f"measured {mib} MiB", flush=True)
     header = ["size", "scheme", "leaf_kib", *(f"rank_{h}" for h in SPREAD_HEADER[:3]), "parent_median_ms"]
     print_table(f"commitment cost ({args.device}, {args.repeats} repeats, one tensor)", header, rows)

@@ -7,6 +7,8 @@
 #   wire_gpu                  tests/sandbox/rank/test_wire_gpu.py, test_device_share_gpu.py: blobs staged page-locked and from pageable memory; device blobs, in a jail too
 #   masking                   tests/sandbox/harness/test_reference_make_gpu.py: inputs made on a GPU masked as device and as memfd blobs
 #   commitment                tests/sandbox/rank/test_commitment_gpu.py, then benchmarks/commitment_cost.py (leaf sizes 4, 8, 16 KiB)
+#   leaves                    benchmarks/commitment_cost.py at 64 MiB by tree leaf size (0.5-8 KiB), this tree's leaf kernel, then
+#                             .baseline's (an older tree, carried; whole KiB only)
 #   blob_memory               benchmarks/blob_memory.py: a blob's host memory (fresh memfd pages, by how they are written)
 #   extension_build           benchmarks/extension_build.py --phases --kloop-only: a torch extension's cold build, nvcc's front ends
 #                             at once vs plain nvcc (about 5 min)
@@ -52,6 +54,9 @@
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
+#   warm_up_ab                throughput.py (WARM_UP_COUNT evaluations, default 24) taking the settings WARM_UPS_MS and
+#                             WARMUPS in turn (defaults "2 0.5 0.5" ms and "10 10 4" calls), then stability with the
+#                             warm-up STABILITY_WARM_UPS_MS (default "2 0.5") in alternate jobs
 #   first_call                benchmarks/first_call.py: a symm candidate's first calls on a fresh rank, with and without torch's shape checks imported before
 #   symm_steps                first_call.py --steps: a first symmetric buffer, torch call by torch call
 #   symm_profile              a py-spy profile of that (carry .tools: py-spy's wheel), summed by benchmarks/stack_profile.py
@@ -99,6 +104,17 @@ for name in "$@"; do
     jail_gpu) part "$name" 200 $PYTEST tests/sandbox/jail/test_jail_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-200 ;;
     wire_gpu) part "$name" 150 $PYTEST tests/sandbox/rank/test_wire_gpu.py tests/sandbox/rank/test_device_share_gpu.py; grep -E "^(PASS|FAIL) " "$OUT/$name.log" | cut -c1-300 ;;
     masking) part "$name" 150 $PYTEST tests/sandbox/harness/test_reference_make_gpu.py; grep -E "^reference inputs" "$OUT/$name.log" | cut -c1-400 ;;
+    leaves)
+      part leaves_new 120 python3 benchmarks/commitment_cost.py --mib 64 --leaf-kib 0.5 1 2 4 8
+      sed -n '/^MISMATCH/p; /^commitment cost/,$p' "$OUT/leaves_new.log"
+      part leaves_baseline 120 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 benchmarks/commitment_cost.py --mib 64 --leaf-kib 1 2 4 8"
+      sed -n '/^MISMATCH/p; /^commitment cost/,$p' "$OUT/leaves_baseline.log" ;;
+    warm_up_ab)
+      part warm_up_throughput 300 python3 benchmarks/throughput.py --device cuda --world 1 --count "${WARM_UP_COUNT:-24}" \
+        --warm-up-ms ${WARM_UPS_MS:-2 0.5 0.5} --warmup ${WARMUPS:-10 10 4} --out "$OUT/warm_up_throughput"
+      sed -n '/^throughput:/,$p' "$OUT/warm_up_throughput.log"
+      part warm_up_stability 300 python3 $stability --warm-up-ms ${STABILITY_WARM_UPS_MS:-2 0.5} --json "$OUT/warm_up_stability.json"
+      grep -E "^all_reduce \||job [0-9]" "$OUT/warm_up_stability.log" | cut -c1-150 ;;
     commitment) part "$name" 120 $PYTEST tests/sandbox/rank/test_commitment_gpu.py; grep -E "^commitment of" "$OUT/$name.log"
       timeout 120 python3 benchmarks/commitment_cost.py --mib 1 16 64 128 --leaf-kib 4 8 16 > "$OUT/commitment_cost.log" 2>&1
       sed -n '/^MISMATCH/p; /^commitment cost/,$p' "$OUT/commitment_cost.log" ;;

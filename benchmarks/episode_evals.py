@@ -6,6 +6,7 @@ time between two steps, not counted.
 
     python benchmarks/episode_evals.py --device cuda --world 1                      # the H100/H200 run
     python benchmarks/episode_evals.py --device cpu --world 2 --candidate tests/fixtures/candidates/all_reduce_fp32.py --allow-nccl
+    ... --sandbox docker [--image kernel-loop-sandbox:cpu-test]        # the same in a Docker sandbox's container
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ KINDS = {"warm": True, "fresh": False}
 
 def session_walls(args: argparse.Namespace, warm: bool) -> list[tuple[float, str, float]]:
     """One session of ``args.steps`` evaluations: (wall seconds, status, startup stage seconds) per step."""
+    from agent.run_config import SandboxSettings
     from agent.session import EvaluationSession
     from sandbox.harness.config import HarnessConfig
 
@@ -30,7 +32,7 @@ def session_walls(args: argparse.Namespace, warm: bool) -> list[tuple[float, str
                             timed=not args.untimed)
     source = args.candidate.read_text()
     steps = []
-    with EvaluationSession(harness, warm=warm) as session:
+    with EvaluationSession(harness, SandboxSettings(backend=args.sandbox, image=args.image), warm=warm) as session:
         for step in range(args.steps):
             if step:
                 time.sleep(args.think_s)
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4, help="evaluations a session")
     parser.add_argument("--sessions", type=int, default=2, help="sessions of each kind, in alternation")
     parser.add_argument("--think-s", type=float, default=5.0, help="the model's time between two steps (not counted)")
+    parser.add_argument("--sandbox", choices=["local", "docker"], default="local", help="where the episode's evaluations run")
+    parser.add_argument("--image", help="the sandbox image for --sandbox docker (default: kernel-loop-sandbox:latest)")
     args = parser.parse_args(argv)
     if args.steps < 2 or args.sessions < 1:
         parser.error("--steps must be at least 2 and --sessions at least 1")
@@ -60,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             for step, (wall, status, startup) in enumerate(steps, start=1):
                 rows.append([kind, session, step, round(wall, 2), round(startup, 2), status])
             print(f"{kind} session {session}: " + ", ".join(f"{wall:.2f} s" for wall, _, _ in steps), flush=True)
-    print_table(f"an episode's evaluations: {args.problem}, {args.candidate.name}, {args.device}, world {args.world}, "
+    print_table(f"an episode's evaluations: {args.problem}, {args.candidate.name}, {args.device}, world {args.world}, {args.sandbox} sandbox, "
                 f"{args.steps} steps a session, {args.think_s:g} s between steps", ["harness", "session", "step", "wall_s",
                                                                                   "startup_s", "status"], rows)
     medians = {kind: statistics.median(values) for kind, values in later.items()}

@@ -1,10 +1,10 @@
 """Evaluate candidates in a sandbox: the controller's entry into the harness.
 
 ``evaluate_in(box, source, config)`` runs one ``python -m sandbox.harness`` per evaluation (any
-backend). ``WarmEvaluator(box)`` keeps one long-lived harness in a local sandbox
-(``python -m sandbox.harness.serve``) whose rank groups are started ahead, for episodes, batches
-and the service: the same reports, a fraction of the start-up. ``SequentialEvaluator`` picks one
-of the two for evaluations that come one after another.
+backend). ``WarmEvaluator(box)`` keeps one long-lived harness in a sandbox that can hold one (the
+local one, a Docker container: ``python -m sandbox.harness.serve``) whose rank groups are started
+ahead, for episodes, batches and the service: the same reports, a fraction of the start-up.
+``SequentialEvaluator`` picks one of the two for evaluations that come one after another.
 """
 
 from __future__ import annotations
@@ -79,13 +79,13 @@ def _no_report(config: HarnessConfig, result, box: Sandbox, prefix: str, unreada
 
 
 class WarmEvaluator:
-    """Evaluations through one long-lived harness in the started local sandbox ``box``; one at a
-    time (callers that share it take turns). If the harness dies it is started again and the
+    """Evaluations through one long-lived harness in the started sandbox ``box``; one at a time
+    (callers that share it take turns). If the harness dies it is started again and the
     evaluation in flight is reported as crashed."""
 
     def __init__(self, box, depth: int | None = None):
         if not can_warm(box):
-            raise SandboxError(f"warm evaluation needs the local sandbox, not {box.name}")
+            raise SandboxError(f"warm evaluation needs a sandbox that can hold a long-lived process; {box.name} cannot")
         self.box = box
         self.depth = depth  # candidate groups started ahead (None: the harness's default for the device)
         self.process = None
@@ -129,7 +129,6 @@ class WarmEvaluator:
         Killed, it leaves nothing either: a jail ends with its keeper's control pipe, a
         reference zygote with its parent."""
         if self.process is not None:
-            import signal
             import subprocess
 
             try:
@@ -137,10 +136,7 @@ class WarmEvaluator:
                 self.process.wait(CLOSE_WAIT_S)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            self.process.kill_tree()
             self.process.wait()
             self.process = None
 
@@ -189,7 +185,8 @@ def _read_line(stream, timeout_s: float) -> bytes:
 
 
 def can_warm(box) -> bool:
-    """Whether ``box`` can hold a long-lived harness (``WarmEvaluator``): the local sandbox can."""
+    """Whether ``box`` can hold a long-lived harness (``WarmEvaluator``): the local sandbox and
+    Docker's can."""
     return hasattr(box, "spawn")
 
 

@@ -34,9 +34,10 @@ import structlog
 from kloop_runtime.settings import MULTICAST_OFF
 from sandbox.backends import docker_engine as engine
 from sandbox.backends.base import MAX_OUTPUT_BYTES, ExecResult, Sandbox, SandboxError
-from sandbox.backends.docker_io import ExecStream, raw_socket
+from sandbox.backends.docker_io import ExecStream, SpawnedExec, raw_socket
 from sandbox.backends.docker_scripts import KEEPER, LANDLOCK_ABI, READ, SWEEP, WRITE
 from sandbox.gpu_pool import GpuLease, GpuPool, device_request, parse_gpu_ids
+from sandbox.jail.shared_shm import SWEEP_ENV
 
 log = structlog.get_logger(__name__)
 
@@ -54,6 +55,7 @@ FIXED_ENV = {
     # `python -m sandbox.harness` runs in /work: the work dir must not shadow the harness's modules.
     "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
     "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo",
+    SWEEP_ENV: "1",  # the container's /dev/shm is its own: the harness sweeps what ended trees left there
     **MULTICAST_OFF,
 }
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -252,16 +254,37 @@ class DockerSandbox(Sandbox):
              cwd: str | None = None) -> ExecResult:
         """Run ``cmd`` in the work dir (or ``cwd`` inside it); afterwards every process it left in
         the container is killed (as in the local backend: one command at a time per sandbox)."""
-        workdir = posixpath.normpath(posixpath.join(WORKDIR, cwd)) if cwd else WORKDIR
-        if not (workdir == WORKDIR or workdir.startswith(WORKDIR + "/")):
-            raise SandboxError(f"{cwd!r} is outside the sandbox work dir")
-        raw = self._run(cmd, timeout_s, env=env, input=input, workdir=workdir)
+        raw = self._run(cmd, timeout_s, env=env, input=input, workdir=_workdir(cwd))
         if raw.returncode in (126, 127) and raw.stderr.bytes().startswith(b"timeout: failed to run command"):
             raise SandboxError(f"cannot start {cmd[0]!r}: {raw.stderr.text().strip()}")
         timed_out = raw.client_timeout or (raw.returncode in (124, 137) and raw.duration_s >= timeout_s)
         stderr = raw.stderr.text() + self._after_command()
         return ExecResult(returncode=raw.returncode, stdout=raw.stdout.text(), stderr=stderr, timed_out=timed_out,
                           duration_s=round(raw.duration_s, 3), truncated=bool(raw.stdout.dropped or raw.stderr.dropped))
+
+    def spawn(self, cmd: list[str], cwd: str | None = None) -> SpawnedExec:
+        """A long-lived process in the sandbox (the sandbox's user and environment), with pipe-like
+        ends on stdin and stdout (``SpawnedExec``); the caller ends it (``kill_tree``, or its stdin
+        closed). A command ``exec`` runs meanwhile ends it with whatever else that command left."""
+        exec_id, hijacked = self._exec_start(cmd, True, _workdir(cwd))
+        return SpawnedExec(hijacked, lambda: self.client.api.exec_inspect(exec_id), self._after_command, cmd)
+
+    def _exec_start(self, cmd: list[str], stdin: bool, workdir: str, env: dict[str, str] | None = None) -> tuple[str, object]:
+        """``cmd`` started in the container as the sandbox's user, in its environment: the exec's id
+        and its hijacked socket."""
+        import docker
+
+        if self.container is None:
+            raise SandboxError("the sandbox is not started")
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, cmd, stdin=stdin, workdir=workdir, user=f"{self.uid}:{self.gid}",
+                                      environment=container_env(self.marker, {**self.extra_env, **(env or {})}, self.device_ids))["Id"]
+            return exec_id, api.exec_start(exec_id, socket=True)
+        except docker.errors.NotFound:
+            raise SandboxError("the sandbox container is gone (killed from outside, or its lifetime ran out)") from None
+        except docker.errors.APIError as error:
+            raise SandboxError(f"cannot run a command in the sandbox: {engine._first_line(error)}") from None
 
     def _after_command(self) -> str:
         """Kill what the command left running; say so if the memory limit was hit."""
@@ -283,21 +306,10 @@ class DockerSandbox(Sandbox):
              limit: int = MAX_OUTPUT_BYTES, workdir: str = WORKDIR) -> _Raw:
         """Run ``cmd`` under an in-container ``timeout -k`` (killing the docker client would not
         stop it); the client gives up on the stream only if that somehow fails too."""
-        import docker
-
-        if self.container is None:
-            raise SandboxError("the sandbox is not started")
-        api = self.client.api
         started = time.monotonic()
-        try:
-            wrapped = ["timeout", "-k", str(KILL_GRACE_S), f"{max(timeout_s, 0.1):g}", *cmd]
-            exec_id = api.exec_create(self.container.id, wrapped, stdin=input is not None, workdir=workdir, user=f"{self.uid}:{self.gid}",
-                                      environment=container_env(self.marker, {**self.extra_env, **(env or {})}, self.device_ids))["Id"]
-            stream = ExecStream(api.exec_start(exec_id, socket=True), limit, input).start()
-        except docker.errors.NotFound:
-            raise SandboxError("the sandbox container is gone (killed from outside, or its lifetime ran out)") from None
-        except docker.errors.APIError as error:
-            raise SandboxError(f"cannot run a command in the sandbox: {engine._first_line(error)}") from None
+        wrapped = ["timeout", "-k", str(KILL_GRACE_S), f"{max(timeout_s, 0.1):g}", *cmd]
+        exec_id, hijacked = self._exec_start(wrapped, input is not None, workdir, env)
+        stream = ExecStream(hijacked, limit, input).start()
         finished = stream.wait(timeout_s + KILL_GRACE_S + CLIENT_SLACK_S)
         if not finished:
             log.warning("command outlived its in-container timeout; aborting the stream", cmd=cmd[:6])
@@ -330,6 +342,14 @@ class DockerSandbox(Sandbox):
         if raw.returncode != 0:
             raise SandboxError(_file_error(path, raw, "read"))
         return raw.stdout.bytes()[:max_bytes]
+
+
+def _workdir(cwd: str | None) -> str:
+    """The work dir, or ``cwd`` inside it; SandboxError for a ``cwd`` outside it."""
+    workdir = posixpath.normpath(posixpath.join(WORKDIR, cwd)) if cwd else WORKDIR
+    if not (workdir == WORKDIR or workdir.startswith(WORKDIR + "/")):
+        raise SandboxError(f"{cwd!r} is outside the sandbox work dir")
+    return workdir
 
 
 class _Raw:

@@ -57,6 +57,16 @@ def sandbox_env(workdir: str, marker: str, extra: dict[str, str] | None = None) 
     return env
 
 
+class SessionProcess(subprocess.Popen):
+    """A spawned process that leads its own session: ``kill_tree`` ends the session."""
+
+    def kill_tree(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _limit_resources() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -153,15 +163,16 @@ class LocalSandbox(Sandbox):
             duration_s=round(time.monotonic() - started, 3), truncated=any(r.dropped for r in readers),
         )
 
-    def spawn(self, cmd: list[str], cwd: str | None = None) -> subprocess.Popen:
+    def spawn(self, cmd: list[str], cwd: str | None = None) -> SessionProcess:
         """A long-lived process in the sandbox (its own session, the sandbox's environment), with
-        pipes on stdin and stdout and stderr to the work dir's logs/ folder; the caller ends it."""
+        pipes on stdin and stdout and stderr to spawned.log in the work dir; the caller ends it
+        (``kill_tree``, or its stdin closed)."""
         log_path = os.path.join(self._path(cwd) if cwd else self.workdir, "spawned.log")
         with open(log_path, "ab") as log_file:
             try:
-                return subprocess.Popen(cmd, cwd=self._path(cwd) if cwd else self.workdir, env=sandbox_env(self.workdir, self.marker, self.extra_env),
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, start_new_session=True,
-                                        preexec_fn=_limit_resources)
+                return SessionProcess(cmd, cwd=self._path(cwd) if cwd else self.workdir, env=sandbox_env(self.workdir, self.marker, self.extra_env),
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, start_new_session=True,
+                                      preexec_fn=_limit_resources)
             except OSError as error:
                 raise SandboxError(f"cannot start {cmd[0]!r}: {error}") from error
 

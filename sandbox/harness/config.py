@@ -7,6 +7,8 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
+from sandbox.rank.device import WARM_UP_MS
+
 # The device modes, the one definition: how ranks map to devices.
 DeviceMode = Literal["cpu", "cuda", "emulate"]
 DEVICE_MODES: tuple[str, ...] = get_args(DeviceMode)
@@ -54,6 +56,8 @@ class HarnessConfig(BaseModel):
     timed: bool | None = Field(None, description="time reference and candidate; default: yes except in emulate mode")
     profile: bool | None = Field(None, description="profile the candidate; default: yes in cuda mode")
     warmup: int = Field(10, ge=0)
+    warm_up_ms: float = Field(WARM_UP_MS, ge=0.0, le=20.0, description="on a GPU, the L2 flush repeated before every timed "
+                              "call for about this long (the GPU busy, not idle, when the call starts); 0: one flush only")
     iterations: int = Field(50, ge=10)
     timing_budget_s: float = Field(20.0, description="stop timing after this long (at least 10 iterations)")
     timing_precision: float | None = Field(None, ge=0.0, le=1.0, description=TIMING_PRECISION_HELP)

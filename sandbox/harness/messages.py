@@ -13,7 +13,6 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from sandbox.rank.device import MAX_FLUSHES
 
 MAX_TEXT = 50_000
 MAX_CALLS = 4096
@@ -50,7 +49,7 @@ class Ready(Reply):
     overhead_ms: Millis
     device_barrier: bool
     backend: Line
-    flushes: int = Field(ge=0, le=MAX_FLUSHES)  # L2 flushes that keep its GPU busy about 2 ms (0: no GPU flush)
+    flush_ms: Millis  # one L2 flush's device time in its process (0: no GPU flush)
 
 
 class Loaded(Reply):

@@ -46,8 +46,10 @@ from sandbox.harness.static_checks import check_source
 from sandbox.harness.trees import NEARLY_CONSTANT_DISTINCT
 from sandbox.harness.verdict import Verdict
 from sandbox.harness.warm import FreshGroups, drop_alone, keep_alone, kept_alone
+from sandbox.jail import shared_shm
 from sandbox.nvml import gpu_model_name
 from sandbox.rank import commitment, wire
+from sandbox.rank.device import flushes_for
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 
 log = structlog.get_logger(__name__)
@@ -210,6 +212,9 @@ class Evaluation:
         self.compile_server = CompileServer(self.cache_root / "compile", self.secret, packages_dir(self.candidate_dir) / "build")
         self.candidate.compile_server = self.compile_server
         self.report.isolation = list(self.candidate.process.measures)
+        if shared_shm.sweep_wanted(self.report.isolation):  # what earlier evaluations' candidates left, before this one's code runs
+            shared_shm.sweep()
+            self.report.isolation.append("swept-shm")
         # the judge's own torch (and the device digest's kernel, where the parent re-hashes on its GPU) while the ranks start
         importing = threading.Thread(target=_import_torch, args=(self._scheme == "tree",), daemon=True)
         importing.start()
@@ -324,7 +329,7 @@ class Evaluation:
         20, each 64 MiB of fresh host pages). A kept reference group of a long-lived harness may
         have it from an earlier evaluation (sandbox/harness/warm.py KEEP_ALONE)."""
         size, target = self._round_size
-        plan = (size, target)  # the rounds kept: the warm-up round is not
+        plan = (size, target, self._flushes)  # the rounds kept (the warm-up round is not), each call after its warm-up
         kept = kept_alone(self.reference, plan, self.config.device)
         if kept is not None:
             self.reference_alone = timing.Series(self._empty_interval_ms, kept.rounds)
@@ -470,7 +475,7 @@ class Evaluation:
         return [a.reply.ms for a in done], [a.reply.checksum for a in done], wall
 
     def _prime(self, group: RankGroup, stage: str) -> None:
-        """The warm-up before a timed call (the L2 flush kept up for about 2 ms, sandbox.rank.device),
+        """The warm-up before a timed call (the L2 flush kept up for about the config's warm_up_ms, sandbox.rank.device),
         on every rank of ``group``, before the parent's clock starts: a candidate's process that
         skips it has no time under that clock to show for it (its inputs are masked until the call:
         tests/fixtures/hostile/flush_skipped_hides_work.py)."""
@@ -682,19 +687,21 @@ class Evaluation:
 
     @property
     def _flushes(self) -> int:
-        """L2 flushes before a timed call, in both groups: the reference's measure, so that the
-        harness's work in a call is the same in both (each process measured its own before; in 15
-        H200 jobs on 2026-12-04 the two counts never differed, so this rules a difference out
-        rather than explaining one seen)."""
-        return self.reference.flushes
+        """L2 flushes before a timed call, in both groups: as many as keep the GPU busy for the
+        config's ``warm_up_ms`` by the reference's measure of one, so that the harness's work in a
+        call is the same in both (each process counted its own before; in 15 H200 jobs on
+        2026-12-04 the two counts never differed, so this rules a difference out rather than
+        explaining one seen)."""
+        return flushes_for(self.config.warm_up_ms, self.reference.flush_ms)
 
     @property
     def _l2_policy(self) -> str:
         if self.config.device != "cuda":
             return "not flushed (cpu)"
-        measured = "" if self.candidate.flushes == self._flushes else f"; the candidate's processes measured {self.candidate.flushes}"
-        return (f"flushed before every call ({self._flushes} times to keep the GPU busy about 2 ms, then once after its inputs "
-                f"are unmasked, in both groups{measured})")
+        own = flushes_for(self.config.warm_up_ms, self.candidate.flush_ms)
+        measured = "" if own == self._flushes else f"; the candidate's processes measured {own}"
+        return (f"flushed before every call ({self._flushes} times to keep the GPU busy about {self.config.warm_up_ms:g} ms, then "
+                f"once after its inputs are unmasked, in both groups{measured})")
 
     @functools.cached_property
     def _empty_interval_ms(self) -> list[float]:

@@ -71,7 +71,7 @@ MIN_AVAILABLE_BYTES_PER_RANK = 2**30  # host memory that must be available for e
 # its candidate slowed the reference down (sandbox/harness/pipeline.py _slowed), taken before any candidate code ran: in
 # an earlier evaluation of the same group that still holds, for the processes and the device are the same and every
 # candidate group handed back has ended before the next evaluation begins. It is a warm-up round and 64 calls, each after
-# its 2 ms flush: on an H100 host on 2026-12-05 the build stage (this and the calibration) took 0.5-0.6 s of a warm
+# its warm-up flush: on an H100 host on 2026-12-05 the build stage (this and the calibration) took 0.5-0.6 s of a warm
 # evaluation's 1.65-2.3 s (benchmarks/throughput.py, world 1, all_reduce). An evaluation that finds the reference
 # slowed beside its candidate drops it (``drop_alone``), so a change of the machine's pace is measured again at once.
 # On the host CPU, where the load comes and goes, it is measured every time.

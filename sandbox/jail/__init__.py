@@ -13,7 +13,9 @@ an unprivileged uid (65534 under root) with every capability dropped, no_new_pri
 seccomp filter, Landlock (files, TCP, signals, abstract unix sockets), a private /tmp and
 /dev/shm, no /run, a fresh /proc, rlimits; it ends whole when its PID 1 exits. Inside a
 Docker container (no namespaces) it keeps Landlock, no_new_privs, seccomp, rlimits, and ends
-the tree by a kill(-1) that a Landlock signal scope confines to it. See sandbox/jail/init.py.
+the tree by a kill(-1) that a Landlock signal scope confines to it; the container's /dev/shm is
+shared there, and the harness sweeps it between evaluations (sandbox/jail/shared_shm.py). See
+sandbox/jail/init.py.
 
 Stdlib only: the init (``python -m sandbox.jail``) imports nothing else.
 """

@@ -11,7 +11,7 @@ counts. Two schemes, one per group (:func:`scheme`):
   able to make it from their own parts and a few digests of the others' (see
   :func:`tensor_digest`), which a parallel hash on the device would allow.
 - ``tree`` (a group of one rank in cuda mode, where no other rank holds any part): a Merkle tree of
-  SHA-256 over 8 KiB leaves, hashed on the device where the bytes are (:file:`leaf_sha256.cu`),
+  SHA-256 over 1 KiB leaves, hashed on the device where the bytes are (:file:`leaf_sha256.cu`),
   so a call's commitment costs a fraction of a millisecond instead of a copy of every byte to the
   host and a host SHA-256 of them (about 20-25 ms a call at 64 MB on the H200), and the parent's
   clock resolves work hidden after the timer that much finer.
@@ -34,7 +34,10 @@ DIGEST_CHUNK_BYTES = 8 * 2**20
 STRIPE_BLOCK_BYTES = 256  # a commitment reads a tensor's bytes as a matrix of 256-byte blocks, 4093 to a row...
 STRIPE_BLOCKS = 4093  # ...column by column (tensor_digest); a prime, so no power-of-two layout lines up with a column
 STRIPE_BYTES = STRIPE_BLOCK_BYTES * STRIPE_BLOCKS
-TREE_LEAF_BYTES = 8192  # a tree digest's leaf; a multiple of SHA-256's 64-byte block
+# a tree digest's leaf; a multiple of SHA-256's 64-byte block. One thread hashes a leaf: smaller leaves, more threads. A
+# 64 MiB tensor on an H100 on 2026-12-06 (benchmarks/commitment_cost.py, device.sh leaves): 0.29 ms at 1 KiB, 0.32 at 2,
+# 0.34 at 4, 0.56 at 8 (0.28 at 512 bytes, with twice the leaves and a level more)
+TREE_LEAF_BYTES = 1024
 TREE_PREFIX = b"kloop-tree-sha256"
 SCHEMES = ("transposed", "tree")
 _digest_pool = None
@@ -124,7 +127,7 @@ def _committed_bytes(tensor) -> memoryview:
 # ---------------------------------------------------------------------------- tree
 def tree_digest(tensor) -> str:
     """SHA-256 of a prefix, the byte length and the top level of a tree of SHA-256: the bytes are
-    cut into 8 KiB leaves, a level is the concatenated digests of the leaves of the one below, up
+    cut into 1 KiB leaves, a level is the concatenated digests of the leaves of the one below, up
     to the first level of at most one leaf. Hashed on the device for a CUDA tensor, on the host
     (here, and the parent's re-hash) otherwise; both give the same digest."""
     flat = _flat_bytes(tensor)
@@ -153,10 +156,10 @@ def _host_leaf_digests(data: memoryview) -> bytes:
 
 def _device_top_level(flat) -> bytes:
     """The tree's top level, reduced level by level on the device: one kernel launch a level, and
-    only the last (at most 8 KiB) copied to the host."""
+    only the last (at most a leaf) copied to the host."""
     import torch
 
-    level = flat if flat.data_ptr() % 4 == 0 else flat.clone()  # the kernel reads 4-byte words
+    level = flat if flat.data_ptr() % 16 == 0 else flat.clone()  # the kernel reads 16-byte words
     kernel = _leaf_kernel()
     while level.numel() > TREE_LEAF_BYTES:
         leaves = -(-level.numel() // TREE_LEAF_BYTES)

@@ -15,7 +15,11 @@ from datetime import timedelta
 from typing import Any
 
 L2_FLUSH_BYTES = 256 * 2**20  # > 2x the L2 of any current NVIDIA GPU (H200: 60 MB, B200: 126 MB)
-WARM_UP_MS = 2.0  # before a timed call the L2 flush is repeated for about this long (flush_l2)
+# before a timed call the L2 flush is repeated for about this long (flush_l2; HarnessConfig.warm_up_ms). On an H100 host on
+# 2026-12-06, interleaved in one run (benchmarks/device.sh warm_up_ab), 0.5 ms against 2 ms: a warm world-1 evaluation's
+# median 0.92 against 1.21 s and 1.09 against 1.60 s (8 and 4 of each, in two device calls); the speedup's max/min over
+# five jobs 1.09 and 2.53 against 1.51 and 1.69 (1 ms: 1.89): no steadier for the longer warm-up
+WARM_UP_MS = 0.5
 MAX_FLUSHES = 64
 CALIBRATION_SAMPLES = 31
 NO_COLLECTIVES_BACKEND = "kloop_no_collectives"
@@ -37,6 +41,14 @@ def _register_no_collectives_backend() -> str:
     if NO_COLLECTIVES_BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(NO_COLLECTIVES_BACKEND, create, extended_api=True, devices=["cpu", "cuda"])
     return NO_COLLECTIVES_BACKEND
+
+
+def flushes_for(busy_ms: float, flush_ms: float) -> int:
+    """How many L2 flushes of ``flush_ms`` each keep the GPU busy for ``busy_ms`` (at least one
+    where there is a flush and a warm-up at all; none where ``flush_ms`` is 0: no GPU flush)."""
+    if flush_ms <= 0 or busy_ms <= 0:
+        return 0
+    return max(1, min(MAX_FLUSHES, math.ceil(busy_ms / flush_ms)))
 
 
 class RankDevice:
@@ -73,8 +85,9 @@ class RankDevice:
             self._event = torch.cuda.Event
             self._sync = torch.cuda.synchronize
             self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device) if mode == "cuda" else None
-        # how many flushes keep the GPU busy WARM_UP_MS in this process; the parent sends one count to both groups
-        self.flushes = self._flushes_for(WARM_UP_MS) if self.cuda and self._flush is not None else 0
+        # one flush's device time in this process (0: no flush); the parent sends one count of them to both groups
+        self.flush_ms = self._flush_ms() if self.cuda and self._flush is not None else 0.0
+        self.flushes = flushes_for(WARM_UP_MS, self.flush_ms)
         self.barrier = self._device_barrier() if self.cuda and mode == "cuda" and world > 1 else None
         self._store, self._barriers = store, 0
         if not collectives:
@@ -92,7 +105,8 @@ class RankDevice:
         work between calls) a flushed 64 MiB copy took 0.096 ms after one flush and 0.080-0.088 ms
         after 4 to 32 (benchmarks/timing_noise.py); with the commitment hashed on the device too,
         five jobs' speedups of one solution spread 1.58x instead of 2.87x, side by side in one
-        device call (benchmarks/timing_stability.py). ``count`` flushes: the parent's warm-up
+        device call (benchmarks/timing_stability.py); 0.5 ms of flushes were no less steady than 2 ms
+        (WARM_UP_MS). ``count`` flushes: the parent's warm-up
         before a call (a ``prime`` message, outside its clock) sends the reference's measure
         (``flushes``) to both groups, so that the harness's work is the same in both; the call
         itself flushes once more, after unmasking its inputs (sandbox/rank/input_mask.py)."""
@@ -100,10 +114,10 @@ class RankDevice:
             for _ in range(max(0, min(count, MAX_FLUSHES))):
                 self._flush.zero_()
 
-    def _flushes_for(self, busy_ms: float) -> int:
-        """How many flushes keep the GPU busy for ``busy_ms``, timed once it is warm: the least of
-        three timings (a group started ahead is stopped while another evaluation times, and a
-        timing it spans would read the flush as slower than it is)."""
+    def _flush_ms(self) -> float:
+        """One flush's device time, timed once the GPU is warm: the least of three timings (a group
+        started ahead is stopped while another evaluation times, and a timing it spans would read
+        the flush as slower than it is)."""
         for _ in range(8):
             self._flush.zero_()
         per_flush_ms = []
@@ -115,7 +129,7 @@ class RankDevice:
             end.record()
             end.synchronize()
             per_flush_ms.append(start.elapsed_time(end) / 8)
-        return max(1, min(MAX_FLUSHES, math.ceil(busy_ms / max(min(per_flush_ms), 1e-3))))
+        return max(min(per_flush_ms), 1e-3)
 
     def timed(self, call) -> tuple[Any, float]:
         """``call()``'s result and its time in ms: device-wide sync before and after (work on side

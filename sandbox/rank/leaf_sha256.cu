@@ -1,16 +1,18 @@
 // SHA-256 of every leaf of a byte buffer, one thread a leaf: the device side of
 // sandbox/rank/commitment.py's tree digest. Leaf i is bytes [i * leaf_bytes, (i + 1) * leaf_bytes)
 // except the last, which holds `tail` bytes (1..leaf_bytes). Its 32-byte digest is written to
-// out + 32 * i, in the byte order of hashlib's digest(). `data` is 4-byte aligned and leaf_bytes a
+// out + 32 * i, in the byte order of hashlib's digest(). `data` is 16-byte aligned and leaf_bytes a
 // multiple of 64. With KLOOP_HOST_BUILD defined the same functions are built for the host, so that
 // they can be checked against hashlib where there is no GPU (tests/sandbox/rank/test_commitment.py).
 
 #ifndef KLOOP_HOST_BUILD
 #define KLOOP_HD __device__ __forceinline__
 #define KLOOP_CONST __constant__
+typedef uint4 kloop_u4;
 #else
 #define KLOOP_HD static inline
 #define KLOOP_CONST static const
+typedef struct { unsigned int x, y, z, w; } kloop_u4;
 #endif
 
 KLOOP_CONST unsigned int kloop_sha256_k[64] = {
@@ -51,16 +53,23 @@ KLOOP_HD void kloop_compress(unsigned int h[8], unsigned int w[16]) {
     h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += k;
 }
 
-// SHA-256 of `len` bytes at `p` (4-byte aligned), written big-endian to `out`.
+// SHA-256 of `len` bytes at `p` (16-byte aligned), written big-endian to `out`. A block's 64 bytes
+// are read as four 16-byte words.
 KLOOP_HD void kloop_sha256(const unsigned char* p, unsigned int len, unsigned char* out) {
     unsigned int h[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au,
                          0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
     unsigned int w[16];
-    const unsigned int* words = (const unsigned int*)p;
+    const kloop_u4* quads = (const kloop_u4*)p;
     unsigned int full = len / 64;
     for (unsigned int block = 0; block < full; ++block) {
 #pragma unroll
-        for (int i = 0; i < 16; ++i) w[i] = kloop_bswap(words[block * 16 + i]);
+        for (int q = 0; q < 4; ++q) {
+            kloop_u4 v = quads[block * 4 + q];
+            w[4 * q] = kloop_bswap(v.x);
+            w[4 * q + 1] = kloop_bswap(v.y);
+            w[4 * q + 2] = kloop_bswap(v.z);
+            w[4 * q + 3] = kloop_bswap(v.w);
+        }
         kloop_compress(h, w);
     }
     // the rest, the 0x80 byte, zeros and the bit length: one block, or two when the rest is 56 bytes or more

@@ -54,7 +54,7 @@ class RankServer:
     def serve(self) -> None:
         self.channel.send({"type": "ready", "rank": self.rank, "overhead_ms": self.device.overhead_ms,
                            "device_barrier": self.device.barrier is not None, "backend": self.device.backend,
-                           "flushes": self.device.flushes})
+                           "flush_ms": self.device.flush_ms})
         while True:
             try:
                 message, fds = self.channel.recv()

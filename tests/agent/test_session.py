@@ -11,6 +11,7 @@ import sandbox.evaluate
 from agent.session import EvaluationSession
 from sandbox.harness.config import HarnessConfig, StageTimeouts
 from tests.fixtures.candidates import source
+from tests.support.leftovers import leftover_steps
 from tests.support.processes import leftover_processes
 
 MODEL_THINKS_S = 10.0  # between two steps: time enough for a candidate group to start ahead (about 2 s on two cores)
@@ -58,47 +59,6 @@ def test_a_warm_harness_that_stops_answering_is_a_timeout_and_the_next_step_gets
     assert leftover_processes(marker) == []
 
 
-LEFTOVER = "kloop-episode-leftover"
-HEAD = """import os
-
-import torch.distributed as dist
-
-PLACES = {os.getcwd(), "/tmp", "/dev/shm", os.path.expanduser("~")}
-for _ in range(8):  # and every folder above its own
-    PLACES.add(os.path.dirname(max(PLACES, key=len)))
-"""
-PLANT = f"""
-for place in PLACES:
-    try:
-        with open(os.path.join(place, "{LEFTOVER}"), "w") as out:
-            out.write("the answer, kept for the next step")
-    except OSError:
-        pass
-"""
-SEEK = f"""
-
-def _found():
-    seen = 0
-    for start in PLACES:
-        for root, dirs, files in os.walk(start):
-            seen += len(files) + len(dirs)
-            if "{LEFTOVER}" in files or seen > 50000:
-                return "{LEFTOVER}" in files
-    return False
-
-
-if not _found():
-    raise RuntimeError("nothing left by the step before")
-"""
-SOLUTION = """
-
-def solution(tensor):
-    out = tensor.float()
-    dist.all_reduce(out)
-    return out.to(tensor.dtype)
-"""
-
-
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_a_step_finds_nothing_an_earlier_step_of_its_episode_left(world):
     """One model writes every step of an episode: through one warm harness, a step's candidate
@@ -106,8 +66,7 @@ def test_a_step_finds_nothing_an_earlier_step_of_its_episode_left(world):
     home), and the next step's is correct only where it finds one. It must not find any. The
     control: a step that plants and then seeks finds its own file; an honest step after all is correct."""
     with EvaluationSession(harness(world=world), warm=True) as session:
-        steps = [HEAD + PLANT + SOLUTION, HEAD + SEEK + SOLUTION, HEAD + PLANT + SEEK + SOLUTION, source("all_reduce_fp32")]
-        reports = [session.evaluate(text, step) for step, text in enumerate(steps)]
+        reports = [session.evaluate(text, step) for step, text in enumerate(leftover_steps(source("all_reduce_fp32")))]
         marker = session.box.marker
     assert reports[0].status == "correct", reports[0].message  # planting is not a fault in itself
     assert reports[1].status != "correct" and "nothing left by the step before" in reports[1].message, reports[1].message

@@ -81,13 +81,17 @@ def test_vs_pkb_prints_both_sides_and_the_ratio(pkb_root, tmp_path):
 
 
 def test_throughput_through_the_warm_path(tmp_path):
-    result = script("throughput.py", "--device", "cpu", "--world", "1", "--count", "1", "--trials", "1", "--no-timed",
+    """Two settings taken in turn (the evaluations after the first), a row each."""
+    result = script("throughput.py", "--device", "cpu", "--world", "1", "--count", "2", "--trials", "1", "--no-timed",
+                    "--warm-up-ms", "2", "0.5", "--warmup", "3",
                     "--candidate", str(CANDIDATES / "all_reduce_fp32.py"), "--allow-nccl", "--out", str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "throughput: all_reduce" in result.stdout and "2 of 2 correct" in result.stdout
+    assert "throughput: all_reduce" in result.stdout and "3 of 3 correct" in result.stdout
+    assert "warm, warm-up 2 ms, 3 warm-up calls | 1 " in result.stdout and "warm, warm-up 0.5 ms, 3 warm-up calls | 1 " in result.stdout
     data = json.loads((tmp_path / "throughput.json").read_text())
-    assert data["statuses"] == ["correct", "correct"] and data["per_min"] > 0
-    assert len(data["timings"]) == len(data["machine"]) == 2 and data["machine"][1]["samples"] > 0
+    assert data["statuses"] == ["correct"] * 3 and data["per_min"] > 0
+    assert data["settings"] == ["warm-up 2 ms, 3 warm-up calls", "warm-up 0.5 ms, 3 warm-up calls"]
+    assert len(data["timings"]) == len(data["machine"]) == 3 and data["machine"][1]["samples"] > 0
 
 
 def test_throughput_names_the_evaluations_whose_speedup_is_far_off():
@@ -107,9 +111,9 @@ def test_eval_latency_and_timing_stability_run_against_the_current_judge(tmp_pat
     # the default size: a call far above the CPU timer's floor (0.1 ms); the small one (~0.1 ms) reports no speedup at times
     stability = script("timing_stability.py", "--device", "cpu", "--world", "1", "--problems", "all_reduce", "--repeats", "2",
                        "--size", "default", "--allow-nccl", "--candidate", str(CANDIDATES / "all_reduce_fp32.py"),
-                       "--json", str(tmp_path / "stability.json"))
+                       "--warm-up-ms", "0.5", "--json", str(tmp_path / "stability.json"))
     assert stability.returncode == 0, stability.stdout[-3000:] + stability.stderr[-3000:]
     assert "speedup max/min" in stability.stdout
     assert stability.stdout.count("clock: unclaimed candidate") == 2  # each job's clock check, for setting allowances
     record = json.loads((tmp_path / "stability.json").read_text())[0]
-    assert len(record["speedups"]) == 2 and record["speedup_max_over_min"] >= 1.0
+    assert len(record["speedups"]) == 2 and record["speedup_max_over_min"] >= 1.0 and record["warm_up_ms"] == 0.5

@@ -46,6 +46,7 @@ def test_cuda_mode_times_reference_and_candidate(local_sandbox):
     # the reference's call on the device, its launch hidden: part of its timed call alone, and said when it is the lesser part
     print(f"reference alone {report.reference_alone_ms} ms, on the device {report.reference_device_ms} ms; notes {report.notes}")
     assert 0 < report.reference_device_ms < report.reference_alone_ms
+    assert "to keep the GPU busy about 0.5 ms" in report.candidate_timing.l2_policy, report.candidate_timing.l2_policy
     host_bound = any(note.startswith("the reference's call is mostly the host's work") for note in report.notes)
     assert host_bound == (report.reference_device_ms < 0.5 * report.reference_alone_ms)
 

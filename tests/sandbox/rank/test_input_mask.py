@@ -88,3 +88,13 @@ def test_the_warm_up_flushes_as_often_as_asked_then_waits_for_the_device():
     device = SimpleNamespace(flush_l2=lambda count: done.append(("flush", count)), synchronize=lambda: done.append(("sync",)))
     reply, fds = RankServer.prime(SimpleNamespace(device=device), {"type": "prime", "flushes": 24}, [])
     assert reply == {"type": "primed"} and fds == [] and done == [("flush", 24), ("sync",)]
+
+
+def test_the_warm_up_is_as_many_flushes_as_fill_it():
+    """The count both groups flush before a call: the warm-up asked over one flush's device time,
+    rounded up, at least one and at most MAX_FLUSHES; none off a GPU or with no warm-up."""
+    from sandbox.rank.device import MAX_FLUSHES, flushes_for
+
+    assert flushes_for(2.0, 0.25) == 8 and flushes_for(0.5, 0.25) == 2 and flushes_for(0.6, 0.25) == 3
+    assert flushes_for(0.1, 0.25) == 1 and flushes_for(1000.0, 0.01) == MAX_FLUSHES
+    assert flushes_for(0.5, 0.0) == 0 and flushes_for(0.0, 0.25) == 0

@@ -1,5 +1,6 @@
-"""The flush before a timed call on a GPU (marker gpu): it keeps the device busy for about
-WARM_UP_MS (the GPU is not idle, its clocks down, when the call starts), and it evicts the L2."""
+"""The flush before a timed call on a GPU (marker gpu): it keeps the device busy for about the
+warm-up asked (WARM_UP_MS by default: the GPU is not idle, its clocks down, when the call starts),
+and it evicts the L2."""
 
 import pytest
 
@@ -9,25 +10,27 @@ pytestmark = pytest.mark.gpu
 def test_the_flush_keeps_the_gpu_busy_for_the_warm_up(tmp_path):
     import torch
 
-    from sandbox.rank.device import WARM_UP_MS, RankDevice
+    from sandbox.rank.device import WARM_UP_MS, RankDevice, flushes_for
 
     device = RankDevice(0, 1, "cuda", str(tmp_path / "store"), collectives=True)
     try:
-        busy = []
-        for _ in range(10):
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            device.flush_l2(device.flushes)
-            end.record()
-            end.synchronize()
-            busy.append(start.elapsed_time(end))
-        busy.sort()
-        median = busy[len(busy) // 2]
-        print(f"flush before a timed call: {device.flushes} flushes of 256 MiB, GPU busy {median:.2f} ms "
-              f"(goal {WARM_UP_MS} ms; min {busy[0]:.2f}, max {busy[-1]:.2f})")
-        assert device.flushes > 1
-        assert 0.5 * WARM_UP_MS <= median <= 3.0 * WARM_UP_MS
+        assert device.flushes == flushes_for(WARM_UP_MS, device.flush_ms) > 1
+        for warm_up_ms in (WARM_UP_MS, 2.0):  # the judge's default, and a config's longer one (HarnessConfig.warm_up_ms)
+            count = flushes_for(warm_up_ms, device.flush_ms)
+            busy = []
+            for _ in range(10):
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                device.flush_l2(count)
+                end.record()
+                end.synchronize()
+                busy.append(start.elapsed_time(end))
+            busy.sort()
+            median = busy[len(busy) // 2]
+            print(f"flush before a timed call: {count} flushes of 256 MiB ({device.flush_ms:.4f} ms each), GPU busy "
+                  f"{median:.2f} ms (goal {warm_up_ms} ms; min {busy[0]:.2f}, max {busy[-1]:.2f})")
+            assert 0.5 * warm_up_ms <= median <= 3.0 * warm_up_ms
 
         data = torch.ones(16 * 2**20, dtype=torch.float32, device="cuda")  # 64 MiB, larger than the H200's L2
         reads = {}
