@@ -3,13 +3,14 @@ only ``#include <torch/extension.h>`` beside ``cuda.cu``) and as kloop's builder
 source that binds its own module (``cuda.cu`` alone), that one with nvcc's front ends at once
 (``kloop_runtime/nvcc_parallel.py``, the builder's default) and with plain nvcc, side by side in
 one run: each build in a fresh folder, run as kloop runs it (``kloop_runtime/extension_builder.py``,
-here unconfined), with its wall time and ninja's edges. ``--phases`` adds nvcc's own phases of
-``cuda.cu`` (``nvcc --time``), compiled once more on its own.
+here unconfined), with its wall time and ninja's edges; kloop's with its slim ``torch/extension.h``
+(a build's first try, ``kloop_runtime/slim_include``) and with torch's own. ``--phases`` adds nvcc's
+own phases of ``cuda.cu`` (``nvcc --time``), compiled once more on its own.
 
 The source is what a ParallelKernelBench-style solution hands to ``compile_cuda_extension``
 (the call is captured, not run; default: benchmarks/candidates/pkb_allreduce_copy_cuda.py). With a
 torch built without CUDA there is no ``cuda.cu`` to build: a C++ extension of the same shape is
-built, in the one layout that applies.
+built, with either header.
 
     python benchmarks/extension_build.py --phases [--kloop-only]   # on the GPU machine
     python benchmarks/extension_build.py --repeats 1 --no-warm-up  # on a CPU
@@ -81,21 +82,26 @@ def captured_extension(candidate: Path) -> dict:
 
 PLAIN_NVCC = {"KLOOP_PARALLEL_NVCC": "0"}
 KLOOP_LAYOUT = "kloop (cuda.cu alone)"
+TORCH_HEADER = "torch's extension.h"
 
 
 def specs(extension: dict, cuda: bool) -> dict[str, tuple[dict, dict]]:
-    """The builder's spec and environment of each layout to time (a C++ extension, one layout, without CUDA)."""
+    """The builder's spec and environment of each layout to time (a C++ extension, without CUDA): kloop's slim
+    torch/extension.h (its builds' first try) and torch's own."""
     from kloop_runtime.build import arch_list_entry, default_arch
 
     base = {"functions": None, "extra_cflags": [], "extra_ldflags": extension["ldflags"],
             "extra_include_paths": extension["include_paths"], "arch_list": arch_list_entry(default_arch())}
     if not cuda:
-        return {"C++ (main.cpp)": ({**base, "name": "bench_cpp", "cpp_sources": CPP_SOURCE, "cuda_sources": "",
-                                    "extra_cuda_cflags": []}, {})}
-    cuda_spec = {**base, "cuda_sources": extension["source"], "extra_cuda_cflags": extension["cuda_cflags"]}
-    return {"load_inline (main.cpp + cuda.cu)": ({**cuda_spec, "name": "bench_inline", "cpp_sources": INLINE_MAIN_CPP}, {}),
-            f"{KLOOP_LAYOUT}, plain nvcc": ({**cuda_spec, "name": "bench_plain_nvcc", "cpp_sources": ""}, PLAIN_NVCC),
-            KLOOP_LAYOUT: ({**cuda_spec, "name": "bench_cuda_only", "cpp_sources": ""}, {})}
+        cpp = {**base, "name": "bench_cpp", "cpp_sources": CPP_SOURCE, "cuda_sources": "", "extra_cuda_cflags": []}
+        return {"C++ (main.cpp)": ({**cpp, "torch_extension_h": "slim"}, {}),
+                f"C++ (main.cpp), {TORCH_HEADER}": ({**cpp, "name": "bench_cpp_torch_header", "torch_extension_h": "torch"}, {})}
+    cuda_spec = {**base, "cuda_sources": extension["source"], "extra_cuda_cflags": extension["cuda_cflags"], "cpp_sources": ""}
+    return {"load_inline (main.cpp + cuda.cu)": ({**cuda_spec, "name": "bench_inline", "cpp_sources": INLINE_MAIN_CPP,
+                                                  "torch_extension_h": "torch"}, {}),
+            f"{KLOOP_LAYOUT}, {TORCH_HEADER}": ({**cuda_spec, "name": "bench_torch_header", "torch_extension_h": "torch"}, {}),
+            f"{KLOOP_LAYOUT}, plain nvcc": ({**cuda_spec, "name": "bench_plain_nvcc", "torch_extension_h": "slim"}, PLAIN_NVCC),
+            KLOOP_LAYOUT: ({**cuda_spec, "name": "bench_cuda_only", "torch_extension_h": "slim"}, {})}
 
 
 def build(spec: dict, env: dict, folder: Path) -> dict:
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.kloop_only and cuda:
         layouts = {name: layout for name, layout in layouts.items() if name.startswith(KLOOP_LAYOUT)}
     if not cuda:
-        print(f"torch {torch.__version__} has no CUDA: a C++ extension of the same shape is built, in its one layout")
+        print(f"torch {torch.__version__} has no CUDA: a C++ extension of the same shape is built, with either header")
     rows, walls = [], {name: [] for name in layouts}
     with tempfile.TemporaryDirectory(prefix="extension-build-") as tmp:
         root = Path(tmp)

@@ -43,6 +43,13 @@ NVCC_OPTIONS_ALLOWED = (
 )
 
 
+# What a source gets from the slim torch/extension.h where it uses more of torch's C++ API (nvcc's front ends' words,
+# then g++'s): it is built again with torch's own. A syntax error is not (it fails alike either way).
+MISSING_NAME = re.compile(r"is undefined|has no member|must be a class or namespace name|is not a template|no instance of|"
+                          r"incomplete type|was not declared|is not a member of|has not been declared|does not name a|"
+                          r"no matching function|no template named|no member named")
+
+
 class CompileError(RuntimeError):
     """The compiler rejected the source; ``log`` holds its whole output."""
 
@@ -192,6 +199,30 @@ def preprocess_cuda(source: str, options: tuple[str, ...] = (), cache_dir: Path 
         return (build_dir / "kernel.ii").read_text(errors="replace")
 
 
+def build_extension_in(build_dir: Path, spec: dict, confine: Confine | None = None) -> str:
+    """Build the extension ``spec`` describes (``extension_builder.py``'s spec) in ``build_dir``:
+    with kloop's slim ``torch/extension.h`` first, again with torch's own where the compiler's errors
+    say a name was missing (a source using torch's C++ frontend: nn, optim, autograd functions).
+    Which one built it, ``slim`` or ``torch``; CompileError with the last build's log."""
+    import torch
+
+    builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
+    read = [str(Path(torch.__file__).parent), str(builder.parent)]
+
+    def build(headers: str) -> str:
+        (build_dir / "spec.json").write_text(json.dumps({**spec, "torch_extension_h": headers}))
+        _run_compiler([sys.executable, str(builder), str(build_dir / "spec.json")], build_dir, "extension build", confine,
+                      extra_read=read)
+        return headers
+
+    try:
+        return build("slim")
+    except CompileError as error:
+        if not MISSING_NAME.search(error.log):
+            raise
+    return build("torch")
+
+
 def build_extension(
     name: str,
     cuda_sources: str = "",
@@ -222,10 +253,7 @@ def build_extension(
     target = cache_dir / f"ext-{key}" / f"{module_name}.so"
 
     def compile_in(build_dir: Path) -> None:
-        (build_dir / "spec.json").write_text(json.dumps({**spec, "name": module_name, "arch_list": arch_list_entry(arch)}))
-        builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
-        cmd = [sys.executable, str(builder), str(build_dir / "spec.json")]
-        _run_compiler(cmd, build_dir, "extension build", confine, extra_read=[str(Path(torch.__file__).parent), str(builder.parent)])
+        build_extension_in(build_dir, {**spec, "name": module_name, "arch_list": arch_list_entry(arch)}, confine)
         target.parent.mkdir(exist_ok=True)
         os.replace(build_dir / f"{module_name}.so", target)
 

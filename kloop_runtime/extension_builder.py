@@ -8,7 +8,9 @@ sources, no functions to bind: ParallelKernelBench's style, where the .cu holds 
 about 20 s of a core on the H200 host beside nvcc's 50 s, for nothing.
 
 nvcc is run through ``nvcc_parallel.py`` (torch's ``PYTORCH_NVCC``), which runs its host and
-device front ends at once."""
+device front ends at once. A spec's ``torch_extension_h``, ``slim``, puts ``slim_include/`` ahead of torch's
+headers: its ``torch/extension.h`` is torch's tensor API and Python casters without the C++ frontend
+(the caller builds again with torch's own where that is not enough: ``kloop_runtime/build.py``)."""
 
 import json
 import os
@@ -16,6 +18,7 @@ import shlex
 import sys
 from pathlib import Path
 
+SLIM_INCLUDE = Path(__file__).with_name("slim_include")
 # what load_inline puts ahead of CUDA sources
 CUDA_PREAMBLE = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
 
@@ -29,6 +32,7 @@ def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     build_dir = Path(spec_path).parent
     os.environ["TORCH_CUDA_ARCH_LIST"] = spec.pop("arch_list")
+    include_first = [str(SLIM_INCLUDE)] if spec.pop("torch_extension_h", "torch") == "slim" else []
     from torch.utils.cpp_extension import CUDA_HOME, load, load_inline
 
     if CUDA_HOME:
@@ -40,7 +44,7 @@ def main(spec_path: str) -> None:
         "extra_cflags": ["-O3", *spec["extra_cflags"]],
         "extra_cuda_cflags": ["-O3", *spec["extra_cuda_cflags"]],
         "extra_ldflags": spec["extra_ldflags"],
-        "extra_include_paths": spec["extra_include_paths"],
+        "extra_include_paths": [*include_first, *spec["extra_include_paths"]],
         "build_directory": str(build_dir),
         "verbose": True,
     }

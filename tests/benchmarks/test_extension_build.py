@@ -1,6 +1,7 @@
 """benchmarks/extension_build.py: the candidate's extension captured, not built by it; the
-layouts it times are the two the builder tells apart, kloop's with nvcc's front ends at once and
-with plain nvcc; on CPU a cold C++ build, with ninja's edges."""
+layouts it times are the ones the builder tells apart, kloop's with nvcc's front ends at once and
+with plain nvcc, with kloop's slim torch/extension.h and torch's own; on CPU a cold C++ build with
+either header, with ninja's edges."""
 
 import os
 import subprocess
@@ -23,9 +24,10 @@ def test_the_layouts_are_load_inlines_and_the_builders():
     assert extension["cuda_cflags"] == ["-O3"]
     assert sys.modules.get("utils") is before  # the stand-in it captured through is gone
     layouts = specs(extension, cuda=True)
-    assert {name: (cuda_only(spec), env) for name, (spec, env) in layouts.items()} == {
-        "load_inline (main.cpp + cuda.cu)": (False, {}), "kloop (cuda.cu alone)": (True, {}),
-        "kloop (cuda.cu alone), plain nvcc": (True, {"KLOOP_PARALLEL_NVCC": "0"})}
+    assert {name: (cuda_only(spec), spec["torch_extension_h"], env) for name, (spec, env) in layouts.items()} == {
+        "load_inline (main.cpp + cuda.cu)": (False, "torch", {}), "kloop (cuda.cu alone)": (True, "slim", {}),
+        "kloop (cuda.cu alone), torch's extension.h": (True, "torch", {}),
+        "kloop (cuda.cu alone), plain nvcc": (True, "slim", {"KLOOP_PARALLEL_NVCC": "0"})}
     assert {spec["cuda_sources"] for spec, _ in layouts.values()} == {extension["source"]}
 
 
@@ -33,6 +35,7 @@ def test_a_cold_cpu_build_prints_its_edges():
     result = subprocess.run([sys.executable, str(BENCH / "extension_build.py"), "--repeats", "1", "--no-warm-up"], cwd=REPO,
                             capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    row = next(line for line in result.stdout.splitlines() if line.startswith("C++ (main.cpp) |     1"))
-    assert "main.o 0.0-" in row and "bench_cpp.so" in row
+    rows = {line.split("|")[0].strip(): line for line in result.stdout.splitlines() if "|     1 " in line}
+    assert "main.o 0.0-" in rows["C++ (main.cpp)"] and "bench_cpp.so" in rows["C++ (main.cpp)"]
+    assert "bench_cpp_torch_header.so" in rows["C++ (main.cpp), torch's extension.h"]
     assert "per layout" in result.stdout
