@@ -25,7 +25,9 @@ server.load({"type": "load"}, [])
 
 
 def run(body: str, mode: str, folder, timeout_s: float = 300.0) -> dict:
-    script = PREAMBLE + textwrap.dedent(body)
+    # out at once once the body has printed: at interpreter exit gloo's threads raced the process group's teardown and
+    # aborted the process ("terminate called without an active exception") in a CI run on a loaded two-core host
+    script = PREAMBLE + textwrap.dedent(body) + "\nsys.stdout.flush()\nos._exit(0)\n"
     done = subprocess.run([sys.executable, "-c", script, str(folder), mode], capture_output=True, text=True, timeout=timeout_s,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
     assert done.returncode == 0, done.stderr[-3000:]
