@@ -8,9 +8,9 @@ sources, no functions to bind: ParallelKernelBench's style, where the .cu holds 
 about 20 s of a core on the H200 host beside nvcc's 50 s, for nothing.
 
 nvcc is run through ``nvcc_parallel.py`` (torch's ``PYTORCH_NVCC``), which runs its host and
-device front ends at once. A spec's ``torch_extension_h``, ``slim``, puts ``slim_include/`` ahead of torch's
-headers: its ``torch/extension.h`` is torch's tensor API and Python casters without the C++ frontend
-(the caller builds again with torch's own where that is not enough: ``kloop_runtime/build.py``)."""
+device front ends at once. ``"torch_extension_h": "slim"`` in a spec puts ``slim_include/`` ahead of
+torch's headers: its ``torch/extension.h`` is torch's tensor API and Python casters without the C++
+frontend (the caller builds again with torch's own where that is not enough: ``kloop_runtime/build.py``)."""
 
 import json
 import os
