@@ -20,6 +20,7 @@
 #   timing_noise              benchmarks/timing_noise.py: idle gaps, retained outputs, CPU placement (suspects of timing noise)
 #   hostile_emulate           tests/sandbox/harness/test_hostile_gpu.py, emulate mode at worlds 2 and 4 (correctness only)
 #   hostile_cuda              tests/sandbox/harness/test_hostile_gpu.py, cuda mode at world 1 (timed; run it alone on the GPU)
+#   hostile_short             the same file's claims of nothing on the problem's small and latency sizes (calls of a few us), an honest copy beside
 #   hostile_memfd             the same file's staging attacks and honest copies with inputs in memory files (KLOOP_INPUT_BLOBS=memfd)
 #   probe                     benchmarks/gpu_probe.py: one line per case with stages and where the harness time went
 #   bash_gpu                  tests/agent/bash/test_bash_gpu.py: bash mode, scripted:bash-demo-cuda in emulate (world 2) and cuda (world 1)
@@ -127,9 +128,12 @@ for name in "$@"; do
     reference_call) part "$name" 120 python3 benchmarks/reference_call_noise.py --processes 4 --pinned; sed -n '/^a rank/,$p' "$OUT/$name.log" ;;
     layouts) part "$name" 300 python3 benchmarks/reference_call_noise.py --layouts --processes "${LAYOUT_PROCESSES:-6}"
       grep -E "process [0-9]+" "$OUT/$name.log" | cut -c1-240; sed -n '/^medians of/,$p' "$OUT/$name.log" ;;
-    hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9]: " "$OUT/$name.log" | cut -c1-200 ;;
-    hostile_memfd) part "$name" 240 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k memory_files; grep -E " cuda w1: |   timing check" "$OUT/$name.log" | cut -c1-400 ;;
-    hostile_cuda) part "$name" 420 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_cuda_world_1; grep -E " cuda w1: |   timing check" "$OUT/$name.log" | cut -c1-700 ;;
+    hostile_emulate) part "$name" 540 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k test_emulate; grep -E " emulate w[0-9] " "$OUT/$name.log" | cut -c1-200 ;;
+    hostile_memfd) part "$name" 240 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k memory_files; grep -E " cuda w1 |   timing check" "$OUT/$name.log" | cut -c1-400 ;;
+    hostile_cuda) part "$name" 420 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k "test_cuda_world_1 and not short_calls"
+      grep -E " cuda w1 |   timing check" "$OUT/$name.log" | cut -c1-700 ;;
+    hostile_short) part "$name" 240 $PYTEST tests/sandbox/harness/test_hostile_gpu.py -k short_calls
+      grep -E " cuda w1 |   timing check" "$OUT/$name.log" | cut -c1-700 ;;
     probe) part "$name" 90 python3 benchmarks/gpu_probe.py --json "$OUT/probe.json"; grep -vE "^\s*log|^      " "$OUT/$name.log" | cut -c1-300 ;;
     bash_gpu) part "$name" 560 $PYTEST tests/agent/bash/test_bash_gpu.py; grep -E "^--- command|: (CORRECT|WRONG)|Speedup|emulation is never" "$OUT/$name.log" | cut -c1-200 ;;
     oracles_w4) part "$name" 300 env KLOOP_ORACLE_STRESS_CALLS=500 $ORACLES -k "back_to_back and -4]" ;;

@@ -617,15 +617,18 @@ class Evaluation:
                 self.report.notes.append(f"timing repeated: the first timing failed the clock check ({rejected})")
         self.report.reference_timing = self._timing(reference)
         self.report.candidate_timing = self._timing(candidate)
-        median, note = timing.reported_ms(self.report.candidate_timing.median_ms, self.report.timing_check)
+        verified, note = timing.reported_ms(self.report.candidate_timing.median_ms, self.report.timing_check)
         if note:
             self.report.notes.append(note)
-            self.report.candidate_timing.median_ms = median
+        if verified is not None:
+            self.report.candidate_timing.median_ms = verified
         ref_ms, cand = self._reference_ms(reference), self.report.candidate_timing
         resolution = timing.FLOOR_MS.get(self.config.device, timing.FLOOR_MS["cpu"])
         if ref_ms < resolution:
             self.report.notes.append(f"the reference's call ({ref_ms:.4f} ms beyond the empty timed interval) is below what "
                                      f"the timer resolves ({resolution} ms): no speedup is reported; time a larger size (--size)")
+        elif verified is None:
+            pass  # the clock resolved nothing (the note says so)
         elif cand.median_ms <= 0:
             self.report.notes.append("no speedup is reported: the candidate's calls took no time the timer resolves beyond the "
                                      "empty timed interval, and the parent's clock gives no estimate either")

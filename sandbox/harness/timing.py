@@ -22,7 +22,8 @@ itself, and staging time beyond the noise is added to it; on the host CPU, where
 hide more staging than a call claims, so is the staging beyond the reference's within the noise
 (STAGING_CHARGED_WITHIN_NOISE). On the host CPU the floor is never below a share of the clock's
 estimate (CLOCK_SHARE_FLOOR): there the noise can exceed the call itself, and a lower bound of zero
-lets any claim stand. The speedup is the ratio of the two groups' medians, with a bootstrap
+lets any claim stand. Where the clock's estimate itself is not above zero it bounds nothing, and no
+speedup is reported. The speedup is the ratio of the two groups' medians, with a bootstrap
 interval over the interleaved rounds.
 """
 
@@ -224,12 +225,19 @@ def check_clock(candidate: Series, reference: Series, device: str, candidate_cal
     return check
 
 
-def reported_ms(claimed_ms: float, check: ClockCheck) -> tuple[float, str | None]:
+def reported_ms(claimed_ms: float, check: ClockCheck) -> tuple[float | None, str | None]:
     """The candidate's reported time per call: its claimed median, unless that is below what the
     parent's clock allows; then the clock's estimate (with a note saying so). Not the clock's lower
     bound: that sits 3 standard errors below the estimate, so a rank that claims nothing would
     read ref / (t - 3 SE) where it took t, a speedup without limit when the timings are noisy
-    (tests/fixtures/hostile/timed_claims_zero.py)."""
+    (tests/fixtures/hostile/timed_claims_zero.py). None (and a note) where the clock's estimate is
+    not above zero: the harness's own cost of a call varied by more than the whole call, the clock
+    bounds nothing, and no claim can be verified (an honest one no more than a lie)."""
+    if check.clock_estimate_ms <= 0:
+        return None, (f"the harness's clock could not resolve the call: its estimate of a call, {check.clock_estimate_ms:.4f} "
+                      f"ms, is not above zero (the reference's calls left {check.reference_unclaimed_ms:.4f} ms unaccounted, "
+                      "varying by more than the whole call), so the ranks' timings are not verified and no speedup is "
+                      "reported; time a larger size (--size) or on a quieter machine")
     if claimed_ms >= check.clock_floor_ms:
         return claimed_ms, None
     reported = max(check.clock_estimate_ms, check.clock_floor_ms)
