@@ -427,3 +427,15 @@ def test_a_reference_mostly_the_hosts_work_is_said_so(device_ms, timed_ms, said)
     assert (note is not None) == said
     if said:
         assert f"{device_ms:.4f} ms of its {timed_ms:.4f} ms ran on the device" in note
+
+
+def test_a_call_that_measured_nothing_is_impossible_only_where_the_timer_resolves_the_bound():
+    """On the H200 an honest copy of all_reduce's latency size (128 KiB at world 1, a bound of about
+    0.00005 ms) measured nothing beyond the empty timed interval and was rejected as faster than
+    the hardware; a claim of nothing against a bound the timer resolves still is."""
+    tiny = _roofline("hbm", bound_ms=2 * 2**17 / 4800e9 * 1e3)
+    assert timing.faster_than_hardware(0.0, tiny) is None
+    assert timing.faster_than_hardware(-0.001, tiny) is None
+    resolved = _roofline("hbm", bound_ms=timing.FLOOR_MS["cuda"] * timing.HBM_DATASHEET_MARGIN)
+    assert "no measurable time" in timing.faster_than_hardware(0.0, resolved)
+    assert timing.faster_than_hardware(tiny.bound_ms / 2, tiny)  # a measured time below the bound stays impossible
