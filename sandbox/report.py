@@ -200,9 +200,10 @@ class ClockCheck(ReportModel):
     clock_floor_ms: float = Field(description="the least time per call the harness's clock allows: the estimate less its "
                                               "uncertainty, or (when only the allowance for process groups that differ let the "
                                               "check pass) the estimate itself, plus any staging time beyond the noise")
-    harness_offset_ms: float = Field(0.0, description="how much more the harness's own work in a call cost in the candidate's "
-                                                      "processes than in the reference's, measured before candidate code ran")
-    staging_offset_ms: float = Field(0.0, description="the same for staging a call's inputs")
+    harness_offset_ms: float = Field(0.0, description="how much more the harness's own work in a call surely cost in the "
+                                                      "candidate's processes than in the reference's (negative: less), measured "
+                                                      "before candidate code ran")
+    staging_offset_ms: float = Field(0.0, description="the same for staging a call's inputs, where it cost more (else 0)")
 
 
 class CompileStats(ReportModel):

@@ -708,7 +708,21 @@ class Evaluation:
 
     @functools.cached_property
     def _empty_interval_ms(self) -> list[float]:
-        return timing.empty_interval(self.reference.overheads, self.candidate.overheads)
+        """Each rank's empty timed interval, taken off every timed call of either group: on a GPU
+        from this evaluation's calibration (its empty intervals, each after an unmasking and a
+        flush as a call's, in both groups before any candidate code, while no group starts beside
+        them), else from the groups' start-up. A start-up measure is taken once, under whatever ran
+        beside it then (a warm evaluator starts candidate groups ahead, each starting CUDA): on the
+        H200 on 2026-12-06 the honest copy and the reference at all_reduce's latency size (128 KiB)
+        read no time at all beyond it in two runs, where at the small size (24 KiB) they read
+        0.14 ms, and the copy was rejected as faster than the hardware."""
+        start_up = timing.empty_interval(self.reference.overheads, self.candidate.overheads)
+        if not (self.reference_calibration.rounds and self.candidate_calibration.rounds):
+            return start_up
+        calibrated = timing.empty_interval(self.reference_calibration.claimed_medians(), self.candidate_calibration.claimed_medians())
+        log.info("empty timed interval", calibrated_ms=[round(ms, 4) for ms in calibrated],
+                 at_start_up_ms=[round(ms, 4) for ms in start_up])
+        return calibrated
 
     @functools.cached_property
     def _round_size(self) -> tuple[int, int]:

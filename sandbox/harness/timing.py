@@ -8,7 +8,8 @@ message, the alignment, the syncs, the checksum of the outputs), which does not 
 solution: the reference, run through the very same rounds on inputs of the same sizes, shows
 what it is; on a GPU, a calibration of each group's processes (the same harness work with no
 solution in it, before any candidate code is loaded) takes out what the candidate's processes are
-surely slower by on their own. A candidate whose calls leave much more time unaccounted for than
+surely slower or faster by on their own, and measures the empty timed interval taken off every
+call. A candidate whose calls leave much more time unaccounted for than
 the reference's (work hidden before its timer starts, after it stops, or in what it claims) is
 ``rejected``; so is one that claims more time than passed, or a speed beyond the roofline.
 
@@ -117,6 +118,11 @@ class Series:
     def staging_per_call(self) -> list[float]:
         return [r.stage_ms / max(len(r.wall_ms), 1) for r in self.rounds]
 
+    def claimed_medians(self) -> list[float]:
+        """Each rank's median claimed ms, as claimed (nothing taken off)."""
+        ranks = len(self.rounds[0].claimed_ms[0]) if self.rounds and self.rounds[0].claimed_ms else 0
+        return [statistics.median(call[rank] for r in self.rounds for call in r.claimed_ms) for rank in range(ranks)]
+
     def per_rank_medians(self) -> list[float]:
         ranks = len(self.overheads_ms)
         return [statistics.median(max(call[rank] - self.overheads_ms[rank], 0.0) for r in self.rounds for call in r.claimed_ms)
@@ -126,7 +132,8 @@ class Series:
 def empty_interval(reference_ms: list[float], candidate_ms: list[float]) -> list[float]:
     """Each rank's empty timed interval (syncs, barrier, events: no call), one for both groups,
     the lesser of the two groups' measures. It is the GPU's and the harness's, not a process's, and
-    each group measures it once, at start-up, before any candidate code: a measure inflated by a
+    each group measures it before any candidate code (at start-up; on a GPU again in each
+    evaluation's calibration, which is what is taken there): a measure inflated by a
     busy host would take from every call time the call did take (on the H200 an honest
     candidate's 0.066 ms copy, less a 0.27 ms start-up measure against the reference's 0.013 ms,
     read 0.0 ms and got no speedup). Both groups subtract the same amount, no more than either
@@ -151,14 +158,21 @@ def _difference_error(reference: list[float], n_candidate: int) -> float:
     return MAD_TO_SE * _mad(reference) * math.sqrt(1 / max(len(reference), 1) + 1 / max(n_candidate, 1))
 
 
-def _offset(candidate: list[float], reference: list[float]) -> float:
+def _offset(candidate: list[float], reference: list[float], faster_too: bool = False) -> float:
     """How much more ``candidate`` surely takes than ``reference`` (the difference of medians less
     one standard error), else 0: a candidate's processes get credit for being slower on their own,
-    never a tolerance widened by a noisy calibration."""
+    never a tolerance widened by a noisy calibration. With ``faster_too``, as surely less is
+    negative: the check of a call's unaccounted time, and the clock's estimate, then start from the
+    candidate's processes' own lower cost (on the H200 on 2026-12-06 an honest copy's processes left
+    0.15 ms a call less unaccounted than the reference's, and the clock's estimate of its call fell
+    below zero: no speedup; a lie there gains what those processes save)."""
     if not candidate or not reference:
         return 0.0
     difference = statistics.median(candidate) - statistics.median(reference)
-    return max(difference - _difference_error(reference, len(candidate)), 0.0)
+    error = _difference_error(reference, len(candidate))
+    if faster_too and difference < -error:
+        return difference + error
+    return max(difference - error, 0.0)
 
 
 def check_clock(candidate: Series, reference: Series, device: str, candidate_calibration: Series | None = None,
@@ -166,7 +180,9 @@ def check_clock(candidate: Series, reference: Series, device: str, candidate_cal
     """Raise TimingRejected when the candidate's claims disagree with the parent's clock; else the
     check's numbers, including the least time per call the parent's clock allows (``clock_floor_ms``).
     The calibrations (the harness's own work timed in each group's processes before any candidate
-    code ran, on a GPU) take out what the candidate's processes are surely slower by on their own.
+    code ran, on a GPU) take out what the candidate's processes are surely slower by on their own
+    (for a call's unaccounted time, what they are surely faster by too; for staging, only where they
+    are slower: on a GPU nothing can be computed from masked inputs while they are staged).
     ``reference_alone``, given when the reference ran slower beside the candidate than alone, is the
     yardstick of the harness's cost instead: work a candidate leaves running (a spin kernel queued
     on the GPU) inflated the reference's unaccounted time, which the clock takes out of the
@@ -175,7 +191,7 @@ def check_clock(candidate: Series, reference: Series, device: str, candidate_cal
     if reference_alone is not None and reference_alone.rounds:
         reference = reference_alone
     cand_cal, ref_cal = candidate_calibration or Series([]), reference_calibration or Series([])
-    offset = _offset(cand_cal.unclaimed(), ref_cal.unclaimed())
+    offset = _offset(cand_cal.unclaimed(), ref_cal.unclaimed(), faster_too=True)
     stage_offset = _offset(cand_cal.staging_per_call(), ref_cal.staging_per_call())
     for r in candidate.rounds:
         for wall, ranks in zip(r.wall_ms, r.claimed_ms):

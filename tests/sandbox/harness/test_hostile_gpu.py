@@ -90,10 +90,13 @@ def _judge(warm, fixture, world, device, notes: list[str] | None = None, size: s
     problems = hc.verdict_problems(fixture, report)
     problems += [f"left on the host: {p}" for p in hc.existing_leaves(hc.leaf_patterns(fixture, box.workdir), started)]
     problems += [f"outlived its group: {p}" for p in hc.orphans(box.workdir)]
+    if report.reference_alone_ms is not None and report.reference_alone_ms <= 0:  # a call of 0.14 ms at the smallest size
+        problems.append(f"the reference's call measured no time beyond the empty interval ({report.reference_alone_ms} ms alone)")
     if notes is not None:
         notes += report.notes
     print(f"{fixture.id} {device} w{world} {size}: {report.status} speedup={report.speedup} {report.message[:160]!r}")
-    print(f"   timing check {report.timing_check}; reference alone {report.reference_alone_ms}")
+    empty = report.reference_timing.sync_overhead_ms if report.reference_timing else None
+    print(f"   timing check {report.timing_check}; reference alone {report.reference_alone_ms}; empty interval {empty}")
     if problems:  # what the judge saw, for whoever reads the log of a GPU run
         print(f"   isolation {report.isolation}\n   notes {report.notes}")
         for excerpt in report.logs:

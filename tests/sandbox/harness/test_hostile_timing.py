@@ -152,6 +152,35 @@ def test_a_calibration_never_widens_the_tolerance_for_hidden_work():
             raise AssertionError(f"hidden work passed with offset {check.harness_offset_ms}")
 
 
+def test_processes_surely_faster_at_the_harness_work_take_nothing_off_the_clock():
+    """The calibration showed the candidate's processes 0.3 ms a call quicker at the harness's own
+    work than the reference's. A candidate that hides 0.4 ms of work after its timer and claims
+    0.02 ms read 2.4x on the clock before (the clock's estimate was low by what its processes saved);
+    now it reads as slower than the reference, or is rejected. Control: an honest 0.15 ms call in
+    such processes got no speedup before (the clock's estimate fell below zero) and reads its 2x now."""
+    rng = random.Random(3)
+
+    def group(claim_ms, harness_ms):
+        return _series([claim_ms] * 48, [claim_ms + harness_ms + rng.uniform(0, 0.05) for _ in range(48)])
+
+    reference = group(0.3, 1.0)
+    calibrations = _calibration(0.7, 0.05), _calibration(1.0, 0.05, seed=6)
+
+    def speedup(candidate):
+        check = timing.check_clock(candidate, reference, "cuda", *calibrations)
+        reported, _ = timing.reported_ms(timing.statistics.median(candidate.steps()), check)
+        return None if reported is None else timing.statistics.median(reference.steps()) / reported
+
+    liar = group(0.02, 0.7 + 0.4)
+    try:
+        read = speedup(liar)
+    except timing.TimingRejected as rejected:
+        assert "disagrees" in str(rejected)
+    else:
+        assert read is not None and read < 1.0, read
+    assert speedup(group(0.15, 0.7)) == pytest.approx(2.0, rel=0.1)
+
+
 def test_the_interval_qualifies_the_speedup_reported():
     """When the candidate is read on the parent's clock (its claims were too small) or the reference
     is taken alone, the interval moves with the number reported: a run on a loaded box read
@@ -389,6 +418,36 @@ def test_an_inflated_start_up_interval_takes_nothing_from_the_calls():
     assert timing.statistics.median(shared.steps()) == pytest.approx(0.066)
     with pytest.raises(ValueError):
         timing.empty_interval([0.01, 0.01], [0.01])  # groups of different sizes are a harness bug, not a minimum
+
+
+def test_a_gpu_evaluation_takes_the_empty_interval_from_its_own_calibration():
+    """On the H200 on 2026-12-06 the honest copy and the reference at all_reduce's latency size
+    read no time beyond the empty interval their groups measured at start-up (the copy rejected as
+    faster than the hardware, the reference's time alone 0.0 ms) where at a smaller size they read
+    0.14 ms. Where an evaluation has a calibration (on a GPU: both groups' empty intervals just
+    before the timing, before any candidate code), that is the interval taken off, the lesser of the
+    two groups' medians per rank; without one (the host CPU), the start-up measures."""
+    from types import SimpleNamespace
+
+    from sandbox.harness.pipeline import Evaluation
+
+    def calibration(ms, calls=12):
+        series = timing.Series([])
+        series.rounds.append(timing.Round(claimed_ms=[[ms[0] + 0.001 * (i % 3), ms[1]] for i in range(calls)], wall_ms=[1.0] * calls))
+        return series
+
+    def evaluation(calibrated: bool):
+        made = object.__new__(Evaluation)
+        made.reference, made.candidate = SimpleNamespace(overheads=[0.2, 0.19]), SimpleNamespace(overheads=[0.18, 0.21])
+        made.reference_calibration = calibration([0.016, 0.015]) if calibrated else timing.Series([])
+        made.candidate_calibration = calibration([0.015, 0.017]) if calibrated else timing.Series([])
+        return made
+
+    assert evaluation(True)._empty_interval_ms == pytest.approx([0.016, 0.015])
+    assert evaluation(False)._empty_interval_ms == [0.18, 0.19]
+    honest = timing.Round(claimed_ms=[[0.155, 0.154]] * 8, wall_ms=[1.2] * 8)  # a 0.14 ms call, its empty interval 0.015 ms
+    assert timing.statistics.median(timing.Series(evaluation(True)._empty_interval_ms, [honest]).steps()) == pytest.approx(0.139)
+    assert timing.statistics.median(timing.Series(evaluation(False)._empty_interval_ms, [honest]).steps()) == 0.0  # before
 
 
 def _roofline(limiter, hbm_measured=False, bound_ms=0.028):
