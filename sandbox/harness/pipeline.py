@@ -720,7 +720,7 @@ class Evaluation:
         if not (self.reference_calibration.rounds and self.candidate_calibration.rounds):
             return start_up
         calibrated = timing.empty_interval(self.reference_calibration.claimed_medians(), self.candidate_calibration.claimed_medians())
-        log.info("empty timed interval", calibrated_ms=[round(ms, 4) for ms in calibrated],
+        log.debug("empty timed interval", calibrated_ms=[round(ms, 4) for ms in calibrated],
                  at_start_up_ms=[round(ms, 4) for ms in start_up])
         return calibrated
 
