@@ -716,13 +716,9 @@ class Evaluation:
         H200 on 2026-12-06 the honest copy and the reference at all_reduce's latency size (128 KiB)
         read no time at all beyond it in two runs, where at the small size (24 KiB) they read
         0.14 ms, and the copy was rejected as faster than the hardware."""
-        start_up = timing.empty_interval(self.reference.overheads, self.candidate.overheads)
         if not (self.reference_calibration.rounds and self.candidate_calibration.rounds):
-            return start_up
-        calibrated = timing.empty_interval(self.reference_calibration.claimed_medians(), self.candidate_calibration.claimed_medians())
-        log.debug("empty timed interval", calibrated_ms=[round(ms, 4) for ms in calibrated],
-                 at_start_up_ms=[round(ms, 4) for ms in start_up])
-        return calibrated
+            return timing.empty_interval(self.reference.overheads, self.candidate.overheads)
+        return timing.empty_interval(self.reference_calibration.per_rank_medians(), self.candidate_calibration.per_rank_medians())
 
     @functools.cached_property
     def _round_size(self) -> tuple[int, int]:

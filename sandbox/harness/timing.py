@@ -118,14 +118,12 @@ class Series:
     def staging_per_call(self) -> list[float]:
         return [r.stage_ms / max(len(r.wall_ms), 1) for r in self.rounds]
 
-    def claimed_medians(self) -> list[float]:
-        """Each rank's median claimed ms, as claimed (nothing taken off)."""
-        ranks = len(self.rounds[0].claimed_ms[0]) if self.rounds and self.rounds[0].claimed_ms else 0
-        return [statistics.median(call[rank] for r in self.rounds for call in r.claimed_ms) for rank in range(ranks)]
-
     def per_rank_medians(self) -> list[float]:
-        ranks = len(self.overheads_ms)
-        return [statistics.median(max(call[rank] - self.overheads_ms[rank], 0.0) for r in self.rounds for call in r.claimed_ms)
+        """Each rank's median claimed ms less its empty interval (a calibration's series has none
+        and takes nothing off)."""
+        ranks = len(self.rounds[0].claimed_ms[0]) if self.rounds and self.rounds[0].claimed_ms else 0
+        overheads = self.overheads_ms or [0.0] * ranks
+        return [statistics.median(max(call[rank] - overheads[rank], 0.0) for r in self.rounds for call in r.claimed_ms)
                 for rank in range(ranks)]
 
 
