@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     for mib in args.mib:
         tensor = torch.randint(0, 256, (mib * 2**20,), dtype=torch.uint8, device=args.device)
         host = tensor.cpu()
-        rank = _timed_ms(torch, lambda: commitment.tensor_digest(tensor), args.repeats, cuda)
-        parent = _timed_ms(torch, lambda: commitment.tensor_digest(host), args.repeats, False)
+        rank = _timed_ms(torch, lambda: commitment.stream_digest([tensor]), args.repeats, cuda)
+        parent = _timed_ms(torch, lambda: commitment.stream_digest([host]), args.repeats, False)
         rows.append([f"{mib} MiB", "transposed", "-", *spread(rank)[:3], spread(parent)[0]])
         for leaf in leaves:
             commitment.TREE_LEAF_BYTES = leaf

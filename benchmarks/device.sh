@@ -6,7 +6,8 @@
 #   jail_gpu                  tests/sandbox/jail/test_jail_gpu.py: cuda devices, FileStore group and symmetric memory inside the jail
 #   wire_gpu                  tests/sandbox/rank/test_wire_gpu.py, test_device_share_gpu.py: blobs staged page-locked and from pageable memory; device blobs, in a jail too
 #   masking                   tests/sandbox/harness/test_reference_make_gpu.py: inputs made on a GPU masked as device and as memfd blobs
-#   commitment                tests/sandbox/rank/test_commitment_gpu.py, then benchmarks/commitment_cost.py (leaf sizes 4, 8, 16 KiB)
+#   commitment                tests/sandbox/rank/test_commitment_gpu.py and test_input_mask_gpu.py, then benchmarks/commitment_cost.py
+#                             (leaf sizes 4, 8, 16 KiB)
 #   leaves                    benchmarks/commitment_cost.py at 64 MiB by tree leaf size (0.5-8 KiB), this tree's leaf kernel, then
 #                             .baseline's (an older tree, carried; whole KiB only)
 #   blob_memory               benchmarks/blob_memory.py: a blob's host memory (fresh memfd pages, by how they are written)
@@ -48,7 +49,8 @@
 #   pkb_refs                  benchmarks/pkb_references.py, world 1, resumable: repeat the call until its summary shows no
 #                             problem left (results kept in /tmp/pkb_refs on the warm machine, copied to $OUT each time)
 #   throughput                benchmarks/throughput.py: 40 warm evaluations of all_reduce, world 1 (throughput_short: 16)
-#   throughput_ab             throughput_short in .baseline (an older tree, carried), then in this tree
+#   throughput_ab             throughput_short in .baseline (an older tree, carried), then in this tree, then the harness's cost
+#                             of a timed call in each (benchmarks/clock_cost.py)
 #   throughput_depth          throughput.py (24 evaluations) at each pool depth of DEPTHS (default "4 8 4 8"), interleaved
 #   throughput_keep           throughput.py (KEEP_COUNT evaluations, default 24) with the reference's time alone kept for each count of KEEPS
 #                             evaluations (default "1 8 1 8"; 1: measured in every one), interleaved
@@ -62,7 +64,10 @@
 #   symm_steps                first_call.py --steps: a first symmetric buffer, torch call by torch call
 #   symm_profile              a py-spy profile of that (carry .tools: py-spy's wheel), summed by benchmarks/stack_profile.py
 #   call_profile              a py-spy profile of throughput.py (8 evaluations): where a timed call's time goes, in the rank's
-#                             `call` and in the parent's timed rounds (carry .tools: py-spy's wheel)
+#                             `call` and in the parent's timed rounds (carry .tools: py-spy's wheel; Python frames only: 0.4.3
+#                             with --native segfaulted at start on an H100 host on 2026-12-07)
+#   stability_long            timing_stability.py, 5 jobs each of the all_gather_gemm and gemm_reduce_scatter oracles (world 1,
+#                             calls of 1 ms or more: the goal there is <= 1.03)
 #   stability_ab              stability in this tree, in .baseline (an older tree, carried), in this tree, in .baseline
 #                             (STABILITY_RUNS="1_new 2_baseline" for one of each)
 #   stability_baseline        the same in .baseline (an older tree, carried)
@@ -116,7 +121,8 @@ for name in "$@"; do
       sed -n '/^throughput:/,$p' "$OUT/warm_up_throughput.log"
       part warm_up_stability 300 python3 $stability --warm-up-ms ${STABILITY_WARM_UPS_MS:-2 0.5} --json "$OUT/warm_up_stability.json"
       grep -E "^all_reduce \||job [0-9]" "$OUT/warm_up_stability.log" | cut -c1-150 ;;
-    commitment) part "$name" 120 $PYTEST tests/sandbox/rank/test_commitment_gpu.py; grep -E "^commitment of" "$OUT/$name.log"
+    commitment) part "$name" 120 $PYTEST tests/sandbox/rank/test_commitment_gpu.py tests/sandbox/rank/test_input_mask_gpu.py
+      grep -E "^commitment of|^mask of" "$OUT/$name.log"
       timeout 120 python3 benchmarks/commitment_cost.py --mib 1 16 64 128 --leaf-kib 4 8 16 > "$OUT/commitment_cost.log" 2>&1
       sed -n '/^MISMATCH/p; /^commitment cost/,$p' "$OUT/commitment_cost.log" ;;
     staging) part "$name" 60 python3 benchmarks/staging.py --repeats 12; sed -n '/^staging/,$p' "$OUT/$name.log" ;;
@@ -173,7 +179,8 @@ for name in "$@"; do
       part throughput_baseline 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $short --out $OUT/throughput_baseline"
       sed -n '/^throughput:/,$p' "$OUT/throughput_baseline.log"
       part throughput_new 240 python3 $short --out "$OUT/throughput_new"
-      sed -n '/^throughput:/,$p' "$OUT/throughput_new.log" ;;
+      sed -n '/^throughput:/,$p' "$OUT/throughput_new.log"
+      (cd benchmarks && python3 clock_cost.py "before=$OUT/throughput_baseline/throughput.json" "after=$OUT/throughput_new/throughput.json") ;;
     throughput_depth)
       for depth in ${DEPTHS:-4 8 4 8}; do
         run=$((run + 1))
@@ -200,6 +207,10 @@ for name in "$@"; do
       if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"
       else part "$name" 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
       grep -E "job|^timing|all_reduce \||clock:" "$OUT/$name.log" ;;
+    stability_long)
+      part "$name" 420 python3 benchmarks/timing_stability.py --world 1 --problems all_gather_gemm gemm_reduce_scatter --repeats 5 \
+        --json "$OUT/stability_long.json"
+      grep -E "job|^timing|gemm|clock:" "$OUT/$name.log" | cut -c1-260 ;;
     first_call) part "$name" 200 python3 benchmarks/first_call.py --sizes small --repeats 2; sed -n '/^a candidate/,$p' "$OUT/$name.log" ;;
     symm_steps) part "$name" 200 python3 benchmarks/first_call.py --steps --repeats 2
       sed -n '/^a process/,$p' "$OUT/$name.log" ;;
@@ -213,7 +224,7 @@ for name in "$@"; do
       gzip -c /tmp/symm_pyspy.txt > "$OUT/symm_pyspy.txt.gz" ;;
     call_profile)
       python3 -m pip install -q --no-index --no-deps --target /tmp/tools .tools/py_spy*.whl || exit 1
-      timeout 240 /tmp/tools/bin/py-spy record --subprocesses --native --format raw -r 200 -o /tmp/call_pyspy.txt -- \
+      timeout 240 /tmp/tools/bin/py-spy record --subprocesses --format raw -r 200 -o /tmp/call_pyspy.txt -- \
         python3 benchmarks/throughput.py --device cuda --world 1 --count 8 --out "$OUT/throughput_profiled" > "$OUT/call_pyspy.log" 2>&1
       echo "py-spy exit $?"; sed -n '/^throughput:/,$p' "$OUT/call_pyspy.log"
       (cd benchmarks && python3 stack_profile.py /tmp/call_pyspy.txt --within 'call \(.*sandbox/rank/server.py' --top 40

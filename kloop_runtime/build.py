@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 from filelock import FileLock
 
 from kloop_runtime.settings import compile_cache_dir
+from kloop_runtime.tree_removal import remove_tree
 
 COMPILE_TIMEOUT_S = 600
 # confine(cmd, build_dir, extra_read) -> the command line that runs compiler ``cmd`` writing only
@@ -131,15 +132,38 @@ def _built_once(cache_dir: Path, key: str, target: Path, build: Callable[[Path],
         return target
     with FileLock(str(cache_dir / f"{key}.lock")):
         if not _plain_file(target):
-            target.unlink(missing_ok=True)
-            with tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir) as tmp:
-                build(Path(tmp))
-            if not _plain_file(target):
-                target.unlink(missing_ok=True)
-                raise CompileError(f"the build left {target.name} as a link or a special file, not a plain file")
+            remove_tree(target)
+            build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=cache_dir))
+            try:
+                build(build_dir)
+            finally:
+                remove_tree(build_dir)
             if on_built is not None:
                 on_built(target)
     return target
+
+
+def _take(artifact: Path, target: Path) -> None:
+    """Move a build's ``artifact`` to ``target`` in the cache: only a plain file (a folder, a link
+    or a special file the build left in its place stays where it is, and goes with the build folder)."""
+    if not _plain_file(artifact):
+        raise CompileError(f"the build left {artifact.name} as a folder, a link or a special file, not a plain file")
+    os.replace(artifact, target)
+
+
+def read_plain_file(path: Path, max_bytes: int = 2**30) -> bytes:
+    """The bytes of the build's ``path``, read without following a link and without waiting on a
+    pipe, refused unless it is a regular file: a build runs hostile code, and the caller reading
+    what it left is the judge (a link to the host secret was sealed and delivered; a FIFO hung it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise CompileError(f"the build's {path.name} could not be read: {error.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+            raise CompileError(f"the build's {path.name} is not a regular file of at most {max_bytes} bytes")
+        return handle.read(max_bytes)
 
 
 def _plain_file(path: Path) -> bool:
@@ -153,8 +177,8 @@ def _plain_file(path: Path) -> bool:
 
 def _run_compiler(cmd: list[str], build_dir: Path, what: str, confine: Confine | None, extra_read: Sequence[str] = ()) -> str:
     try:
-        proc = subprocess.run(
-            confine(cmd, build_dir, extra_read) if confine else cmd, cwd=build_dir, capture_output=True, text=True,
+        proc = subprocess.run(  # confined, the jail starts the command in build_dir; the confining process must not (python -m)
+            confine(cmd, build_dir, extra_read) if confine else cmd, cwd="/" if confine else build_dir, capture_output=True, text=True,
             timeout=COMPILE_TIMEOUT_S, env={**os.environ, "TMPDIR": str(build_dir)},
         )
     except subprocess.TimeoutExpired as expired:
@@ -181,7 +205,7 @@ def build_cubin(source: str, options: tuple[str, ...] = (), arch: str | None = N
         cmd = [find_nvcc(), "-cubin", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-std=c++17",
                "-lineinfo", *options, "-o", "kernel.cubin", "kernel.cu"]
         _run_compiler(cmd, build_dir, "nvcc", confine)
-        os.replace(build_dir / "kernel.cubin", target)
+        _take(build_dir / "kernel.cubin", target)
 
     return _built_once(cache_dir, key, target, compile_in, on_built)
 
@@ -192,28 +216,36 @@ def preprocess_cuda(source: str, options: tuple[str, ...] = (), cache_dir: Path 
     options = allowed_options(options)
     cache_dir = cache_dir or compile_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="preprocess-", dir=cache_dir) as tmp:
-        build_dir = Path(tmp)
+    build_dir = Path(tempfile.mkdtemp(prefix="preprocess-", dir=cache_dir))
+    try:
         (build_dir / "kernel.cu").write_text(source)
         _run_compiler([find_nvcc(), "-E", "-std=c++17", *options, "-o", "kernel.ii", "kernel.cu"], build_dir, "nvcc -E", confine)
-        return (build_dir / "kernel.ii").read_text(errors="replace")
+        return read_plain_file(build_dir / "kernel.ii").decode(errors="replace")
+    finally:
+        remove_tree(build_dir)
 
 
-def build_extension_in(build_dir: Path, spec: dict, confine: Confine | None = None) -> str:
-    """Build the extension ``spec`` describes (``extension_builder.py``'s spec) in ``build_dir``:
-    with kloop's slim ``torch/extension.h`` first, again with torch's own where the compiler's errors
-    say a name was missing (a source using torch's C++ frontend: nn, optim, autograd functions).
-    Which one built it, ``slim`` or ``torch``; CompileError with the last build's log."""
+def build_extension_in(build_dir: Path, spec: dict, confine: Confine | None = None) -> tuple[str, Path]:
+    """Build the extension ``spec`` describes (``extension_builder.py``'s spec) in a new folder of
+    ``build_dir``: with kloop's slim ``torch/extension.h`` first, again with torch's own where the
+    compiler's errors say a name was missing (a source using torch's C++ frontend: nn, optim,
+    autograd functions). Which one built it (``slim`` or ``torch``) and the folder the module is in;
+    CompileError with the last build's log. Each attempt has a folder of its own: the first ran the
+    candidate's code (a flag, a constructor run at import), and a second in the same folder wrote its
+    spec through a link the first left there and started its jail from a folder holding a planted
+    ``sandbox`` package (tests/fixtures/hostile/compile_retry_*)."""
     import torch
 
     builder = Path(__file__).with_name("extension_builder.py")  # run by path: it imports nothing of ours
     read = [str(Path(torch.__file__).parent), str(builder.parent)]
 
-    def build(headers: str) -> str:
-        (build_dir / "spec.json").write_text(json.dumps({**spec, "torch_extension_h": headers}))
-        _run_compiler([sys.executable, str(builder), str(build_dir / "spec.json")], build_dir, "extension build", confine,
+    def build(headers: str) -> tuple[str, Path]:
+        folder = build_dir / headers
+        folder.mkdir()
+        (folder / "spec.json").write_text(json.dumps({**spec, "torch_extension_h": headers}))
+        _run_compiler([sys.executable, str(builder), str(folder / "spec.json")], folder, "extension build", confine,
                       extra_read=read)
-        return headers
+        return headers, folder
 
     try:
         return build("slim")
@@ -253,8 +285,8 @@ def build_extension(
     target = cache_dir / f"ext-{key}" / f"{module_name}.so"
 
     def compile_in(build_dir: Path) -> None:
-        build_extension_in(build_dir, {**spec, "name": module_name, "arch_list": arch_list_entry(arch)}, confine)
+        _, folder = build_extension_in(build_dir, {**spec, "name": module_name, "arch_list": arch_list_entry(arch)}, confine)
         target.parent.mkdir(exist_ok=True)
-        os.replace(build_dir / f"{module_name}.so", target)
+        _take(folder / f"{module_name}.so", target)
 
     return _built_once(cache_dir, key, target, compile_in, on_built)

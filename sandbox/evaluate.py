@@ -48,7 +48,7 @@ def evaluate_in(box: Sandbox, source: str, config: HarnessConfig, filename: str 
     prefix = f"{subdir}/" if subdir else ""
     box.write_file(prefix + filename, source)
     box.write_file(prefix + "harness.json", config.model_dump_json())
-    result = box.exec([box.python, "-m", "sandbox.harness", "--config", "harness.json"], timeout_s=evaluation_budget_s(config, timeout_s),
+    result = box.exec([box.python, "-P", "-m", "sandbox.harness", "--config", "harness.json"], timeout_s=evaluation_budget_s(config, timeout_s),
                       cwd=subdir or None)
     try:
         report = EvalReport.model_validate(json.loads(result.stdout))
@@ -95,7 +95,7 @@ class WarmEvaluator:
     def _ensure(self) -> None:
         if self.process is None or self.process.poll() is not None:
             depth = ["--depth", str(self.depth)] if self.depth else []
-            self.process = self.box.spawn([self.box.python, "-m", "sandbox.harness.serve", *depth])
+            self.process = self.box.spawn([self.box.python, "-P", "-m", "sandbox.harness.serve", *depth])
 
     def evaluate(self, source: str, config: HarnessConfig, timeout_s: float | None = None) -> EvalReport:
         """``source`` judged under ``config``; ``timeout_s`` shortens the harness's budget (an agent's

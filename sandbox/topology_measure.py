@@ -155,7 +155,7 @@ def measure_host(cache_root: Path | None = None, refresh: bool = False, transfer
 
 def run_probe(inventory: nvml.Inventory, key: str, transfer_mib: int, timeout_s: float) -> HostMeasurement:
     """Run :mod:`sandbox.topology_probe` in a fresh interpreter and parse its JSON."""
-    command = [sys.executable, "-m", "sandbox.topology_probe", "--key", key, "--transfer-mib", str(transfer_mib),
+    command = [sys.executable, "-P", "-m", "sandbox.topology_probe", "--key", key, "--transfer-mib", str(transfer_mib),
                "--driver", inventory.driver, "--nvlinks", ",".join(f"{g.uuid}={g.nvlinks_active}" for g in inventory.gpus)]
     env = {**os.environ, **MULTICAST_OFF, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
                                                                                       os.environ.get("PYTHONPATH")]))}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 import structlog
 
 from kloop_runtime import settings
+from kloop_runtime.tree_removal import remove_tree
 from sandbox.backends.base import MAX_OUTPUT_BYTES, CappedReader, ExecResult, Sandbox, SandboxError
 from sandbox.backends.owner import owner, owner_alive
 from sandbox.harness.bytecode import ensure_rank_bytecode, rank_bytecode
@@ -93,7 +93,7 @@ def sweep_orphaned_workdirs(base: str) -> list[str]:
         except OSError:
             continue  # not a sandbox's, kept, or being made: never ours to remove
         if not owner_alive(named):
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
             removed.append(path)
     if removed:
         log.warning("removed work dirs of local sandboxes whose owner is gone", count=len(removed), base=base)
@@ -214,4 +214,4 @@ class LocalSandbox(Sandbox):
 
     def close(self) -> None:
         if self.workdir and not self.keep:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_tree(self.workdir)

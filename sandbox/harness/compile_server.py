@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,10 +125,9 @@ class CompileServer:
         """Macros can paste ``multimem`` together; the preprocessor's output cannot hide it."""
         if "#" not in payload["source"].replace("#include", ""):
             return  # no macros, no pasting: the raw text was enough
-        try:
-            found = _multicast_after_preprocessing(payload["source"], tuple(payload["options"]), self.cache_dir)
-        except build.CompileError:
-            return  # the build proper reports the error
+        # a preprocessor that fails fails the build: the same source and options would not build either, and a build
+        # that went on without the check let a source whose options broke only the preprocessing keep its macros' words
+        found = _multicast_after_preprocessing(payload["source"], tuple(payload["options"]), self.cache_dir)
         if found:
             raise CompileRefused(f"{MULTICAST_MESSAGE} the preprocessed source ({found!r})")
 
@@ -142,7 +139,7 @@ class CompileServer:
         return artifact.with_name(artifact.name + ".hmac")
 
     def _digest(self, artifact: Path) -> str:
-        return hmac.new(self.secret, _plain_bytes(artifact), hashlib.sha256).hexdigest()
+        return hmac.new(self.secret, build.read_plain_file(artifact), hashlib.sha256).hexdigest()
 
     def _seal_holds(self, artifact: Path) -> bool:
         seal = self._seal_path(artifact)
@@ -154,20 +151,9 @@ class CompileServer:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(target.name + ".tmp")
-            tmp.write_bytes(_plain_bytes(artifact))
+            tmp.write_bytes(build.read_plain_file(artifact))
             tmp.replace(target)
         return target
-
-
-def _plain_bytes(path: Path) -> bytes:
-    """The bytes of ``path`` read without following a link, refused unless it is a regular file
-    (a build that left a link to the host secret had it sealed and delivered)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise build.CompileError(f"the build's {path.name} is not a regular file")
-        return handle.read()
-
 
 
 _PREPROCESSED: dict[tuple[str, tuple[str, ...]], str | None] = {}  # (source, options) -> what named multicast

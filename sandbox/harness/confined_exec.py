@@ -25,7 +25,7 @@ COMPILER_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "NVCC", "CC"
 def confined_command(cmd: list[str], build_dir: Path, extra_read: Sequence[str] = ()) -> list[str]:
     """``cmd`` run under this module: writing only under ``build_dir``, reading system folders and ``extra_read``."""
     reads = [arg for path in extra_read for arg in ("--read", path)]
-    return [sys.executable, "-m", "sandbox.harness.confined_exec", "--write", str(build_dir), *reads, "--", *cmd]
+    return [sys.executable, "-P", "-m", "sandbox.harness.confined_exec", "--write", str(build_dir), *reads, "--", *cmd]
 
 
 def main() -> int:

@@ -95,7 +95,7 @@ def reference_launcher(workdir: Path, mode: str):
         env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
 
     def launch(argv: list[str], pass_fds: list[int], log_fd: int) -> Launched:
-        process = subprocess.Popen([sys.executable, "-m", "sandbox.harness.reference_rank", *argv], pass_fds=pass_fds,
+        process = subprocess.Popen([sys.executable, "-P", "-m", "sandbox.harness.reference_rank", *argv], pass_fds=pass_fds,
                                    stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, cwd=workdir, env=env,
                                    start_new_session=True)
 

@@ -48,7 +48,7 @@ from sandbox.harness.verdict import Verdict
 from sandbox.harness.warm import FreshGroups, drop_alone, keep_alone, kept_alone
 from sandbox.jail import shared_shm
 from sandbox.nvml import gpu_model_name
-from sandbox.rank import commitment, wire
+from sandbox.rank import commitment, device_kernels, wire
 from sandbox.rank.device import flushes_for
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 
@@ -239,12 +239,13 @@ class Evaluation:
         return answers  # type: ignore[return-value]
 
     def _candidate(self, answers: list[Answer | RankFailure]) -> list[Answer]:
+        if self.compile_server is not None and self.compile_server.refused:  # a banned build asked for, caught or not
+            close_answers(answers)
+            raise Verdict("rejected", self.compile_server.refused)
         failures = [a for a in answers if isinstance(a, RankFailure)]
         if not failures:
             return answers  # type: ignore[return-value]
         close_answers(answers)
-        if self.compile_server is not None and self.compile_server.refused:
-            raise Verdict("rejected", self.compile_server.refused)
         primary = next((f for f in failures if "after another rank failed" not in f.message), failures[0])
         verdicts = [RankVerdict(rank=a.rank, ok=not isinstance(a, RankFailure), message=getattr(a, "message", ""))
                     for a in answers]
@@ -929,13 +930,13 @@ def reveal_limit(call: Call, rank: int) -> int:
 
 
 def _import_torch(device_digest: bool = False) -> None:
-    """torch imported; with ``device_digest``, the tree digest's kernel compiled too (NVRTC: about
+    """torch imported; with ``device_digest``, the tree digest's kernel compiled too (device_kernels, NVRTC: about
     1 s on the H200 host, which the first check of a call paid otherwise)."""
     import torch
 
     if device_digest and torch.cuda.is_available():
         try:
-            commitment.warm_device_digest()
+            device_kernels.warm()
         except Exception as error:  # noqa: BLE001 - the judge compiles it again when it needs it, and fails there
             log.warning("device_digest_not_warmed", error=f"{type(error).__name__}: {error}"[:300])
 

@@ -15,11 +15,11 @@ import argparse
 import itertools
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from kloop_runtime.tree_removal import remove_tree
 from sandbox.harness.__main__ import crash_report, prepare_process, write_report
 
 
@@ -54,7 +54,7 @@ def serve(report_fd: int, workdir: Path, depth: int | None = None) -> None:
             except Exception as error:  # noqa: BLE001 - a harness bug still produces a report
                 report = crash_report(config, error)
             write_report(report_fd, {"id": request_id, "report": json.loads(report.model_dump_json())})
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
     finally:
         groups.close()
 

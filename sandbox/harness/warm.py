@@ -16,7 +16,6 @@ import contextlib
 import itertools
 import os
 import queue
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from kloop_runtime.tree_removal import remove_tree
 from sandbox.harness import messages as m
 from sandbox.harness.groups import Answer, RankGroup
 from sandbox.harness.launch import candidate_launcher, packages_dir, reference_launcher
@@ -127,7 +127,7 @@ def reference_config(problem_ref: str, device: str, dtype: str, shape: dict[str,
 
 def _fresh(folder: Path) -> Path:
     """``folder``, empty (a group's FileStore must not find an earlier group's file)."""
-    shutil.rmtree(folder, ignore_errors=True)
+    remove_tree(folder)
     folder.mkdir(parents=True)
     return folder
 
@@ -476,5 +476,5 @@ def _end_candidate(group: RankGroup) -> None:
     """Kill a candidate group's whole tree (waits until it is gone) and remove its folders."""
     group.close()
     if group.workdir is not None:
-        shutil.rmtree(group.workdir, ignore_errors=True)
-        shutil.rmtree(packages_dir(group.workdir), ignore_errors=True)
+        remove_tree(group.workdir)
+        remove_tree(packages_dir(group.workdir))

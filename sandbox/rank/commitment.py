@@ -9,14 +9,14 @@ counts. Two schemes, one per group (:func:`scheme`):
 - ``transposed`` (any group of several ranks, the CPU and emulation): SHA-256 over the SHA-256s of 8 MiB
   chunks of the bytes read in a transposed order, hashed on the host. Several ranks must not be
   able to make it from their own parts and a few digests of the others' (see
-  :func:`tensor_digest`), which a parallel hash on the device would allow.
+  :func:`stream_digest`), which a parallel hash on the device would allow.
 - ``tree`` (a group of one rank in cuda mode, where no other rank holds any part): a Merkle tree of
-  SHA-256 over 1 KiB leaves, hashed on the device where the bytes are (:file:`leaf_sha256.cu`),
+  SHA-256 over 1 KiB leaves, hashed on the device where the bytes are (:file:`rank_kernels.cu`),
   so a call's commitment costs a fraction of a millisecond instead of a copy of every byte to the
   host and a host SHA-256 of them (about 20-25 ms a call at 64 MB on the H200), and the parent's
   clock resolves work hidden after the timer that much finer.
 
-Imported by rank processes: the standard library and torch only (lazily).
+Imported by rank processes: the standard library, torch and kloop_runtime only (lazily).
 """
 
 from __future__ import annotations
@@ -27,13 +27,18 @@ import json
 import os
 import struct
 import threading
-from pathlib import Path
 from typing import Any
 
+from sandbox.rank import device_kernels
+
 DIGEST_CHUNK_BYTES = 8 * 2**20
-STRIPE_BLOCK_BYTES = 256  # a commitment reads a tensor's bytes as a matrix of 256-byte blocks, 4093 to a row...
-STRIPE_BLOCKS = 4093  # ...column by column (tensor_digest); a prime, so no power-of-two layout lines up with a column
-STRIPE_BYTES = STRIPE_BLOCK_BYTES * STRIPE_BLOCKS
+# the transposed order (stream_digest): the bytes read as a matrix of blocks, column by column. A large stream's blocks are
+# 256 bytes, 4093 to a row (a prime, so no power-of-two layout lines up with a column); a smaller one's 64 bytes, in as
+# many columns (a prime) as leave it at least MIN_ROWS rows, so every column still crosses every rank's part
+STRIPE_BLOCK_BYTES = 256
+SMALL_BLOCK_BYTES = 64
+STRIPE_BLOCKS = 4093
+MIN_ROWS = 16
 # a tree digest's leaf; a multiple of SHA-256's 64-byte block. One thread hashes a leaf: smaller leaves, more threads. A
 # 64 MiB tensor on an H100 on 2026-12-06 (benchmarks/commitment_cost.py, device.sh leaves): 0.29 ms at 1 KiB, 0.32 at 2,
 # 0.34 at 4, 0.56 at 8 (0.28 at 512 bytes, with twice the leaves and a level more)
@@ -43,7 +48,6 @@ SCHEMES = ("transposed", "tree")
 _digest_pool = None
 _staging: dict[str, Any] = {}
 _staging_lock = threading.Lock()
-_kernel = None
 
 
 def scheme(world: int, mode: str) -> str:
@@ -56,24 +60,29 @@ def scheme(world: int, mode: str) -> str:
 def commitment(tensors: list, scheme: str = "transposed", nonce: bytes = b"") -> str:
     """A short digest of ``tensors`` (dtypes, shapes and the digest of their bytes), in order, bound
     to the call's ``nonce``: a secret the parent sends with the call and not before. In the
-    transposed scheme every chunk's SHA-256 starts from it, so no part of a commitment can be made
-    ahead of its call: the inputs' part, a call's staged bytes known a round ahead, was the larger
-    half of the harness's work in a call (10 ms at 64 MB on the H200 host), and a rank that hashed
-    it while earlier calls ran on the device had that much time to hide work after its timer,
-    inside the reference's unclaimed time (tests/fixtures/hostile/precomputed_input_digests.py). In
-    the tree scheme (one rank, hashed on the device in a fraction of a millisecond) the nonce binds
-    the root only."""
-    digest = tree_digest if scheme == "tree" else (lambda tensor: tensor_digest(tensor, nonce))
-    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape), digest(t)] for t in tensors]
+    transposed scheme the bytes of all the tensors are one stream (:func:`stream_digest`) and every
+    chunk's SHA-256 starts from the nonce, so no part of a commitment can be made ahead of its call:
+    the inputs' part, a call's staged bytes known a round ahead, was the larger half of the
+    harness's work in a call (10 ms at 64 MB on the H200 host), and a rank that hashed it while
+    earlier calls ran on the device had that much time to hide work after its timer, inside the
+    reference's unclaimed time (tests/fixtures/hostile/precomputed_input_digests.py). In the tree
+    scheme (one rank, hashed on the device in a fraction of a millisecond) the nonce binds the root
+    only."""
+    parts = [[str(t.dtype).removeprefix("torch."), list(t.shape)] for t in tensors]
+    if scheme == "tree":
+        parts = [[*part, tree_digest(t)] for part, t in zip(parts, tensors)]
+    else:
+        parts.append(stream_digest(tensors, nonce))
     return hashlib.sha256(nonce + json.dumps(parts).encode()).hexdigest()[:32]
 
 
 # ---------------------------------------------------------------------------- transposed
-def tensor_digest(tensor, nonce: bytes = b"") -> str:
-    """SHA-256 over the SHA-256s of 8 MiB chunks (each started from ``nonce``, hashed in parallel) of the tensor's bytes in a
-    transposed order: its whole rows of 4093 256-byte blocks (about 1 MiB) read as a matrix, column
-    by column, then the rest as it is. A commitment must bind the bytes, and only a process that
-    holds all of them may be able to make it.
+def stream_digest(tensors: list, nonce: bytes = b"") -> str:
+    """SHA-256 over the SHA-256s of 8 MiB chunks (each started from ``nonce``, hashed in parallel)
+    of the tensors' bytes, one after the other as one stream, read in a transposed order: the
+    stream's whole rows of blocks (:func:`stream_geometry`) as a matrix, column by column, then the
+    rest as it is. A commitment must bind the bytes, and only a process that holds all of them may
+    be able to make it.
 
     A sum of words did not bind them. It is linear: the word-sum of a concatenation is the sum of
     its parts' word-sums, so an all-gather was committed by exchanging one number per rank and
@@ -82,17 +91,33 @@ def tensor_digest(tensor, nonce: bytes = b"") -> str:
     own order did not need all of them: an all-gather's output is the shards one after the other,
     so with shards of whole 8 MiB chunks each rank hashed its own and the ranks exchanged 32
     bytes a chunk (chunk_digest_commitment_forgery.py). In the transposed order every column runs
-    through every row of the tensor, so each rank's part of a chunk is cut into pieces
-    interleaved with the other ranks': whether the ranks own contiguous ranges or stripes of any
-    power-of-two width, a 64 MiB tensor's every chunk changes owner 757 times or more
-    (tests/sandbox/rank/test_commitment.py), and ranks that hashed their parts without holding the
-    whole would pass a hash state between them as often, in time the parent's clock counts."""
+    through every row, so each rank's part of a chunk is cut into pieces interleaved with the other
+    ranks': whether the ranks own contiguous ranges or stripes of any power-of-two width, a 64 MiB
+    tensor's every chunk changes owner 757 times or more (tests/sandbox/rank/test_commitment.py),
+    and ranks that hashed their parts without holding the whole would pass a hash state between
+    them as often, in time the parent's clock counts. A stream too small for one row of 1 MiB was
+    read in its own order, and so was one of 1 to 2 MiB (a single row): ranks passed a SHA-256
+    state along and each hashed its shard of an all-gather of up to 2 MiB
+    (tests/fixtures/hostile/sha256_midstate_all_gather.py); now every stream of 2 KiB or more has at
+    least MIN_ROWS rows. And each tensor had a digest of its own: the root of a broadcast, which
+    holds every rank's output, hashed it for each of them, and no byte moved in a timed call
+    (tests/fixtures/hostile/root_commits_for_every_rank.py); in one stream with the rank's own inputs,
+    another rank's commitment takes those inputs too."""
     with _staging_lock:
-        data = _committed_bytes(tensor)
+        data = _committed_bytes(tensors)
         chunks = [data[i:i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)] or [data]
         digests = list(_pool().map(lambda chunk: _seeded_sha256(nonce, chunk), chunks)) if len(chunks) > 1 else \
             [_seeded_sha256(nonce, chunks[0])]
     return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
+
+
+def stream_geometry(size: int) -> tuple[int, int]:
+    """(block bytes, blocks a row) of the transposed order of a ``size``-byte stream; (size, 1): its own order."""
+    block = STRIPE_BLOCK_BYTES if size >= STRIPE_BLOCK_BYTES * STRIPE_BLOCKS * MIN_ROWS else SMALL_BLOCK_BYTES
+    columns = min(STRIPE_BLOCKS, size // (block * MIN_ROWS))
+    while columns > 2 and any(columns % d == 0 for d in range(2, int(columns ** 0.5) + 1)):
+        columns -= 1
+    return (block, columns) if columns >= 2 else (size, 1)
 
 
 def _seeded_sha256(nonce: bytes, chunk) -> bytes:
@@ -101,25 +126,29 @@ def _seeded_sha256(nonce: bytes, chunk) -> bytes:
     return digest.digest()
 
 
-def _committed_bytes(tensor) -> memoryview:
-    """The tensor's bytes on the host, in the order tensor_digest hashes them, in a buffer reused
-    from call to call (pinned for a device tensor: the block transposition is made on the device,
-    and the copy to the host is synchronous)."""
+def _committed_bytes(tensors: list) -> memoryview:
+    """The tensors' bytes on the host, one stream in the order stream_digest hashes it, in a buffer
+    reused from call to call (pinned for device tensors: the block transposition is made on the
+    device, and the copy to the host is synchronous)."""
     import torch
 
-    flat = _flat_bytes(tensor)
+    flats = [_flat_bytes(t) for t in tensors]
+    if len({f.device for f in flats}) > 1:
+        flats = [f.cpu() for f in flats]
+    flat = flats[0] if len(flats) == 1 else torch.cat(flats) if flats else torch.empty(0, dtype=torch.uint8)
     size, on_device = flat.numel(), flat.device.type != "cpu"
     key = "pinned" if on_device else "host"
     buffer = _staging.get(key)
     if buffer is None or buffer.numel() < size:
         buffer = _staging[key] = torch.empty(max(size, 2**20), dtype=torch.uint8, pin_memory=on_device)
     host = buffer[:size]
-    body = size - size % STRIPE_BYTES
+    block, columns = stream_geometry(size)
+    row = block * columns
+    body = size - size % row if columns > 1 else 0
     if body:
         source = flat[:body] if flat.storage_offset() % 8 == 0 else flat[:body].clone()  # 8-byte words need alignment
-        blocks = source.view(torch.int64).view(-1, STRIPE_BLOCKS, STRIPE_BLOCK_BYTES // 8).transpose(0, 1)
-        host[:body].view(torch.int64).view(STRIPE_BLOCKS, -1, STRIPE_BLOCK_BYTES // 8).copy_(
-            blocks.contiguous() if on_device else blocks)
+        blocks = source.view(torch.int64).view(-1, columns, block // 8).transpose(0, 1)
+        host[:body].view(torch.int64).view(columns, -1, block // 8).copy_(blocks.contiguous() if on_device else blocks)
     host[body:].copy_(flat[body:])
     return _tensor_bytes(host)
 
@@ -160,29 +189,13 @@ def _device_top_level(flat) -> bytes:
     import torch
 
     level = flat if flat.data_ptr() % 16 == 0 else flat.clone()  # the kernel reads 16-byte words
-    kernel = _leaf_kernel()
     while level.numel() > TREE_LEAF_BYTES:
         leaves = -(-level.numel() // TREE_LEAF_BYTES)
         tail = level.numel() - (leaves - 1) * TREE_LEAF_BYTES
         digests = torch.empty(leaves * 32, dtype=torch.uint8, device=level.device)
-        kernel(grid=(-(-leaves // 128), 1, 1), block=(128, 1, 1), args=[level, leaves, TREE_LEAF_BYTES, tail, digests])
+        device_kernels.launch("kloop_leaf_sha256", leaves, [level, leaves, TREE_LEAF_BYTES, tail, digests], level.device)
         level = digests
     return level.cpu().numpy().tobytes()
-
-
-def warm_device_digest() -> None:
-    """Compile the leaf kernel now (NVRTC, a few hundred ms once a process), not in a timed call."""
-    _leaf_kernel()
-
-
-def _leaf_kernel():
-    global _kernel
-    if _kernel is None:
-        import torch
-
-        source = (Path(__file__).with_name("leaf_sha256.cu")).read_text()
-        _kernel = torch.cuda._compile_kernel(source, "kloop_leaf_sha256")
-    return _kernel
 
 
 # ---------------------------------------------------------------------------- shared

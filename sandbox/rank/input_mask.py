@@ -9,17 +9,28 @@ done ahead of the call: while a round is staged, during the warm-up flush before
 candidate's process could skip and use), or under any other harness work the parent's clock does
 not see alone (tests/fixtures/hostile/precompute_at_stage.py, tree_salt_precomputed.py).
 
-The keystream is torch's counter-based generator on the tensors' own device, seeded from the key
-and the rank: the same bytes in the reference's process and in the rank's, for the same device
-kind, and another stream on every rank (one message starts a call on every rank: with one stream
-for all, two ranks' masked inputs XORed together would cancel it). Applying the mask twice
-removes it.
+The keystream is drawn from the key and the rank: the same bytes in the reference's process and in
+the rank's, for the same device kind, and another stream on every rank (one message starts a call
+on every rank: with one stream for all, two ranks' masked inputs XORed together would cancel it),
+and on one rank another for every tensor of the call. Applying the mask twice removes it.
+
+- On a GPU, ChaCha20 (RFC 8439) keyed with a 256-bit hash of the key and the rank, the tensor's
+  place in the call as its nonce: one launch of rank_kernels.cu's kernel a tensor, in place. A
+  stream cipher, so the known shape of the inputs (a normal distribution's sign and exponent bits)
+  gives nothing towards the rest of the keystream. It replaced torch's generator there, whose
+  operations on a new generator cost a timed call more host time than its commitment did (a py-spy
+  profile on an H100 on 2026-12-07; sandbox/rank/device_kernels.py).
+- On the CPU (the parent's shared copies), torch's counter-based generator seeded from the key and
+  the rank.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+import struct
+
+from sandbox.rank import device_kernels
 
 KEY_BITS = 62
 
@@ -37,6 +48,9 @@ def apply(torch, tensors: list, key: int, rank: int) -> None:
     ``rank``'s keystream of ``key``, in place."""
     if not tensors:
         return
+    if tensors[0].device.type == "cuda":
+        _apply_on_device(tensors, key, rank)
+        return
     generator = torch.Generator(device=tensors[0].device)
     generator.manual_seed(_seed(key, rank))
     with torch.no_grad():
@@ -49,6 +63,17 @@ def apply(torch, tensors: list, key: int, rank: int) -> None:
             tail = raw[4 * words:]
             if tail.numel():
                 tail.bitwise_xor_(torch.empty_like(tail).random_(0, 256, generator=generator))
+
+
+def _apply_on_device(tensors: list, key: int, rank: int) -> None:
+    words = list(struct.unpack("<8I", hashlib.blake2b(f"{int(key)}/{int(rank)}".encode(), digest_size=32,
+                                                      person=b"kloop-mask").digest()))
+    for stream, tensor in enumerate(tensors):
+        if not tensor.is_contiguous():
+            raise ValueError("a masked tensor must be contiguous")
+        size = tensor.numel() * tensor.element_size()
+        if size:
+            device_kernels.launch("kloop_mask_chacha20", -(-size // 64), [tensor, size, *words, stream], tensor.device)
 
 
 def masked(torch, tensors: list, key: int, rank: int) -> list:

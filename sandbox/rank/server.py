@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sandbox.rank import commitment, device_share, input_mask, wire
+from sandbox.rank import commitment, device_kernels, device_share, input_mask, wire
 from sandbox.rank.device import RankDevice
 
 MAX_INPUT_BLOB_BYTES = 64 * 2**30
@@ -45,8 +45,8 @@ class RankServer:
                                  on_cpu=config.get("on_cpu", False))
         self.torch = self.device.torch
         self.commitment_scheme = commitment.scheme(self.world, config["mode"])
-        if self.commitment_scheme == "tree" and self.device.cuda:
-            commitment.warm_device_digest()
+        if self.device.cuda and config["mode"] == "cuda":  # the inputs' mask (every world) and the tree digest (one rank)
+            device_kernels.warm()
         self.handlers = {"load": self.load, "stage": self.stage, "call": self.call, "burst": self.burst,
                          "reveal": self.reveal, "drop": self.drop, "profile": self.profile, "calibrate": self.calibrate, "prime": self.prime}
 

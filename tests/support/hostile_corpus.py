@@ -95,6 +95,8 @@ def config(fixture: Fixture, world: int, device: str | None = None, **overrides)
 
 # ---------------------------------------------------------------------------- what the judge must not say
 def leaf_patterns(fixture: Fixture, box_workdir: str) -> list[str]:
+    from kloop_runtime.settings import compile_cache_dir
+
     sites = [p for p in {*site.getsitepackages(), site.getusersitepackages(), *(p for p in sys.path if "site-packages" in p)}
              if os.path.isdir(p)]
     patterns = []
@@ -102,21 +104,27 @@ def leaf_patterns(fixture: Fixture, box_workdir: str) -> list[str]:
         if "{site}" in leaf:
             patterns += [leaf.replace("{site}", s) for s in sites]
         else:
-            patterns.append(leaf.replace("{box}", box_workdir))
+            patterns.append(leaf.replace("{box}", box_workdir).replace("{cache}", str(compile_cache_dir())))
     return patterns
 
 
-def existing_leaves(patterns: list[str], since: float) -> list[str]:
-    """Files matching ``patterns`` changed at or after ``since`` (so another run's old files never count)."""
-    found = []
-    for pattern in patterns:
-        for path in glob.glob(pattern):
-            try:
-                if os.lstat(path).st_mtime >= since - 1:
-                    found.append(path)
-            except OSError:
-                continue
-    return found
+def existing_leaves(patterns: list[str], since: float, wait_s: float = 8.0) -> list[str]:
+    """Files matching ``patterns`` changed at or after ``since`` (so another run's old files never
+    count), still there ``wait_s`` after the first look: a group ends in the background after a
+    correct verdict, and its folder goes with it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for pattern in patterns:
+            for path in glob.glob(pattern):
+                try:
+                    if os.lstat(path).st_mtime >= since - 1:
+                        found.append(path)
+                except OSError:
+                    continue
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
 
 
 def orphans(box_workdir: str, wait_s: float = 8.0) -> list[str]:

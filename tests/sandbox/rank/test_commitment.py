@@ -3,10 +3,9 @@ device tree digest (a GPU group of one rank) is the host's, byte for byte."""
 
 import ctypes
 import hashlib
+import json
 import os
 import struct
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,18 +40,38 @@ def _chunked_sha256(data: bytes) -> str:
     return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
 
 
-def test_a_digest_hashes_the_whole_mebibytes_block_transposed_then_the_rest():
-    """The order, written out with numpy: at an unaligned offset, with a tail, every byte bound."""
-    raw = torch.randint(0, 256, (2 * commitment.STRIPE_BYTES + 1003,), dtype=torch.uint8)
+def _transposed(data: np.ndarray) -> bytes:
+    """The stream's order written out with numpy: whole rows of blocks column by column, then the rest."""
+    block, columns = commitment.stream_geometry(len(data))
+    row = block * columns
+    body = len(data) - len(data) % row if columns > 1 else 0
+    if not body:
+        return data.tobytes()
+    return data[:body].reshape(-1, columns, block).transpose(1, 0, 2).tobytes() + data[body:].tobytes()
+
+
+@pytest.mark.parametrize("size", [0, 100, 2047, 2048, 24_576 + 7, 2 * 2**20 - 1, 2 * 2**20 + 1003, 17 * 2**20 + 5])
+def test_a_digest_hashes_the_stream_s_rows_of_blocks_transposed_then_the_rest(size):
+    """At an unaligned offset, with a tail, every byte bound; the tensors of a call are one stream."""
+    raw = torch.randint(0, 256, (size + 3,), dtype=torch.uint8)
     tensor = raw[3:]  # storage offset 3: not word-aligned
-    data = tensor.numpy()
-    body = len(data) - len(data) % commitment.STRIPE_BYTES
-    ordered = data[:body].reshape(-1, commitment.STRIPE_BLOCKS, commitment.STRIPE_BLOCK_BYTES).transpose(1, 0, 2).tobytes() + data[body:].tobytes()
-    assert commitment.tensor_digest(tensor) == _chunked_sha256(ordered)
-    for position in (0, 255, 256, commitment.STRIPE_BYTES + 7, body + 5):
+    assert commitment.stream_digest([tensor]) == _chunked_sha256(_transposed(tensor.numpy()))
+    cut = size // 3
+    assert commitment.stream_digest([tensor[:cut], tensor[cut:]]) == commitment.stream_digest([tensor])
+    for position in {0, size // 2, size - 1} if size else ():
         changed = tensor.clone()
         changed[position] ^= 1
-        assert commitment.tensor_digest(changed) != commitment.tensor_digest(tensor)
+        assert commitment.stream_digest([changed]) != commitment.stream_digest([tensor])
+
+
+@pytest.mark.parametrize("size", [2048, 24_576, 2**20, 2 * 2**20 - 1, 5 * 2**20, 64 * 2**20])
+def test_every_stream_of_2_kib_or_more_has_at_least_min_rows_rows_of_a_prime_length(size):
+    """A stream in its own order lets ranks hash their shards one after another, passing a SHA-256
+    state along once a rank (tests/fixtures/hostile/sha256_midstate_all_gather.py)."""
+    block, columns = commitment.stream_geometry(size)
+    assert columns >= 2 and all(columns % d for d in range(2, columns)), (block, columns)
+    assert size // (block * columns) >= commitment.MIN_ROWS
+    assert commitment.stream_geometry(2047) == (2047, 1)
 
 
 @pytest.mark.parametrize("layout", ["ranges", "stripes"])
@@ -81,7 +100,35 @@ def test_an_all_gather_output_cannot_be_committed_from_the_digests_of_its_shards
     pieces = [hashlib.sha256(s.numpy().tobytes()).digest() for s in shards]
     forged = hashlib.sha256(struct.pack("<Q", 2 * commitment.DIGEST_CHUNK_BYTES) + b"".join(pieces)).hexdigest()
     assert forged == _chunked_sha256(torch.cat(shards).numpy().tobytes())  # the old digest: forgeable
-    assert commitment.tensor_digest(torch.cat(shards)) != forged
+    assert commitment.stream_digest([torch.cat(shards)]) != forged
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("shard", [1536, 12_288, 2**20])
+def test_a_small_all_gather_s_stream_changes_owner_at_every_column(world, shard):
+    """An all-gather's output (the shards in rank order) and the rank's own input after it, the
+    stream one rank commits to: ranks holding only their shards would pass a hash state along at
+    least once a column, a hundred times or more (what a SHA-256 state passed once a rank forged:
+    tests/fixtures/hostile/sha256_midstate_all_gather.py)."""
+    size = shard * (world + 1)
+    block, columns = commitment.stream_geometry(size)
+    rows = size // (block * columns)
+    order = np.arange(rows * columns).reshape(rows, columns).T.reshape(-1)
+    owner = np.minimum(order * block // shard, world - 1)  # the input's blocks are this rank's (world - 1 here)
+    assert int((owner[1:] != owner[:-1]).sum()) >= min(100, columns)
+
+
+def test_a_rank_s_commitment_takes_its_own_inputs():
+    """The root of a broadcast holds every rank's output; with each tensor hashed apart it made every
+    rank's commitment from those and a digest of the rank's input
+    (tests/fixtures/hostile/root_commits_for_every_rank.py). The stream mixes them: no per-tensor part."""
+    output, own_input = torch.randn(4096), torch.randn(4096)
+    nonce = os.urandom(16)
+    whole = commitment.commitment([output, own_input], nonce=nonce)
+    digests = [commitment.stream_digest([t], nonce) for t in (output, own_input)]
+    parts = [["float32", [4096]], ["float32", [4096]]]
+    for forged in ([*parts, digests], [[*parts[0], digests[0]], [*parts[1], digests[1]]]):
+        assert hashlib.sha256(nonce + json.dumps(forged).encode()).hexdigest()[:32] != whole
 
 
 @pytest.mark.parametrize("scheme", commitment.SCHEMES)
@@ -119,14 +166,10 @@ def test_the_tree_digest_on_the_host_is_the_tree_written_out(size):
     assert commitment.tree_digest(tensor) == _tree(tensor.numpy().tobytes())
 
 
-def test_the_device_leaf_kernel_is_sha256_of_every_leaf(tmp_path):
-    """leaf_sha256.cu built for the host (the same hashing functions the GPU runs) against
+def test_the_device_leaf_kernel_is_sha256_of_every_leaf(rank_kernels_host):
+    """rank_kernels.cu built for the host (the same hashing functions the GPU runs) against
     hashlib: lengths around SHA-256's padding boundaries, whole leaves and a short last one."""
-    source = Path(commitment.__file__).with_name("leaf_sha256.cu")
-    library = tmp_path / "leaf.so"
-    subprocess.run(["g++", "-O2", "-x", "c++", "-DKLOOP_HOST_BUILD", "-shared", "-fPIC", "-o", str(library), str(source)],
-                   check=True)
-    kernel = ctypes.CDLL(str(library)).kloop_leaf_sha256_host
+    kernel = rank_kernels_host.kloop_leaf_sha256_host
     leaf = commitment.TREE_LEAF_BYTES
     for size in (1, 55, 56, 63, 64, 65, 119, 120, 128, leaf - 1, leaf, leaf + 1, 5 * leaf + 56):
         data = os.urandom(size)

@@ -1,8 +1,12 @@
 """Inputs masked until their call (sandbox/rank/input_mask.py): the reference masks a call's inputs
 on the device, a rank removes the mask only with the key its call message brings
-(RankServer._unmasked). The keystream is torch's generator on the tensors' device: checked here on
-the CPU; on a GPU the harness tests' correct verdicts need it (tests/sandbox/harness/test_harness_gpu.py)."""
+(RankServer._unmasked). The keystream is torch's generator on the CPU, ChaCha20 on a GPU (its kernel
+built for the host here; on a GPU: tests/sandbox/rank/test_input_mask_gpu.py)."""
 
+import ctypes
+import hashlib
+import os
+import struct
 from types import SimpleNamespace
 
 import pytest
@@ -98,3 +102,54 @@ def test_the_warm_up_is_as_many_flushes_as_fill_it():
     assert flushes_for(2.0, 0.25) == 8 and flushes_for(0.5, 0.25) == 2 and flushes_for(0.6, 0.25) == 3
     assert flushes_for(0.1, 0.25) == 1 and flushes_for(1000.0, 0.01) == MAX_FLUSHES
     assert flushes_for(0.5, 0.0) == 0 and flushes_for(0.0, 0.25) == 0
+
+
+def _chacha20(key: int, rank: int, stream: int, data: bytes) -> bytes:
+    """``data`` XORed with ChaCha20 as the cryptography package makes it (RFC 8439: a 4-byte block
+    counter from 0, then the 12-byte nonce), keyed as the device mask says."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    secret = hashlib.blake2b(f"{key}/{rank}".encode(), digest_size=32, person=b"kloop-mask").digest()
+    return Cipher(algorithms.ChaCha20(secret, bytes(4) + struct.pack("<III", stream, 0, 0)), mode=None).encryptor().update(data)
+
+
+def test_the_device_mask_kernel_is_chacha20(rank_kernels_host):
+    """rank_kernels.cu's mask built for the host against a ChaCha20 of record: lengths around a
+    64-byte block, unaligned buffers, and another stream for every tensor of a call."""
+    words = (ctypes.c_uint * 8)(*range(8))
+    key_bytes = struct.pack("<8I", *range(8))
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    for size in (1, 15, 63, 64, 65, 127, 128, 1000, 64 * 1024 + 7):
+        for offset, stream in ((0, 0), (1, 0), (0, 3), (3, 2**31 + 1)):
+            data = os.urandom(size)
+            buffer = ctypes.create_string_buffer(bytes(offset) + data, offset + size)
+            rank_kernels_host.kloop_mask_chacha20_host(ctypes.addressof(buffer) + offset, size, words, stream)
+            nonce = bytes(4) + struct.pack("<III", stream, 0, 0)
+            assert buffer.raw[offset:] == Cipher(algorithms.ChaCha20(key_bytes, nonce), mode=None).encryptor().update(data), \
+                (size, offset, stream)
+
+
+def test_the_device_mask_keys_each_tensor_of_a_call_from_the_key_and_the_rank(rank_kernels_host, monkeypatch):
+    """What input_mask asks of the device for CUDA tensors (run here by the host build of its
+    kernel): one launch a tensor, ChaCha20 keyed by a hash of the call's key and the rank, the
+    tensor's place in the call its nonce, a thread a 64-byte block. Two tensors of equal bytes in
+    one call are masked apart (their XOR is not the inputs')."""
+    launches = []
+
+    def host_launch(name, threads, args, device):
+        tensor, size, *words, stream = args
+        launches.append((name, threads, size, stream))
+        rank_kernels_host.kloop_mask_chacha20_host(tensor.data_ptr(), size, (ctypes.c_uint * 8)(*words), stream)
+
+    monkeypatch.setattr(input_mask.device_kernels, "launch", host_launch)
+    plain = [torch.randn(100), torch.randn(100), torch.arange(7, dtype=torch.int8), torch.empty(0)]
+    masked = [t.clone() for t in plain]
+    input_mask._apply_on_device(masked, 4242, 5)
+    assert launches == [("kloop_mask_chacha20", 7, 400, 0), ("kloop_mask_chacha20", 7, 400, 1), ("kloop_mask_chacha20", 1, 7, 2)]
+    for stream, (original, copy) in enumerate(zip(plain, masked)):
+        assert _bytes(copy) == _chacha20(4242, 5, stream, _bytes(original))
+    input_mask._apply_on_device(masked, 4242, 5)
+    assert all(torch.equal(m, p) for m, p in zip(masked, plain))
+    with pytest.raises(ValueError, match="contiguous"):
+        input_mask._apply_on_device([torch.randn(4, 6).t()], 1, 0)

@@ -1,9 +1,14 @@
-// SHA-256 of every leaf of a byte buffer, one thread a leaf: the device side of
-// sandbox/rank/commitment.py's tree digest. Leaf i is bytes [i * leaf_bytes, (i + 1) * leaf_bytes)
-// except the last, which holds `tail` bytes (1..leaf_bytes). Its 32-byte digest is written to
-// out + 32 * i, in the byte order of hashlib's digest(). `data` is 16-byte aligned and leaf_bytes a
-// multiple of 64. With KLOOP_HOST_BUILD defined the same functions are built for the host, so that
-// they can be checked against hashlib where there is no GPU (tests/sandbox/rank/test_commitment.py).
+// The rank's own kernels (sandbox/rank/device_kernels.py compiles them with NVRTC):
+// - kloop_leaf_sha256: SHA-256 of every leaf of a byte buffer, one thread a leaf, the device side of
+//   sandbox/rank/commitment.py's tree digest. Leaf i is bytes [i * leaf_bytes, (i + 1) * leaf_bytes)
+//   except the last, which holds `tail` bytes (1..leaf_bytes). Its 32-byte digest is written to
+//   out + 32 * i, in the byte order of hashlib's digest(). `data` is 16-byte aligned and leaf_bytes a
+//   multiple of 64.
+// - kloop_mask_chacha20: a buffer XORed in place with a ChaCha20 keystream (RFC 8439), 64 bytes a
+//   thread, the device side of sandbox/rank/input_mask.py.
+// With KLOOP_HOST_BUILD defined the same functions are built for the host, so that they can be checked
+// against hashlib and a ChaCha20 of record where there is no GPU (tests/sandbox/rank/test_commitment.py,
+// test_input_mask.py).
 
 #ifndef KLOOP_HOST_BUILD
 #define KLOOP_HD __device__ __forceinline__
@@ -100,6 +105,55 @@ KLOOP_HD void kloop_sha256(const unsigned char* p, unsigned int len, unsigned ch
     }
 }
 
+// ChaCha20's block function (RFC 8439 2.3): 16 keystream words from the key, a block counter and a
+// 3-word nonce.
+KLOOP_HD unsigned int kloop_rotl(unsigned int x, int n) { return (x << n) | (x >> (32 - n)); }
+
+KLOOP_HD void kloop_quarter(unsigned int* x, int a, int b, int c, int d) {
+    x[a] += x[b]; x[d] = kloop_rotl(x[d] ^ x[a], 16);
+    x[c] += x[d]; x[b] = kloop_rotl(x[b] ^ x[c], 12);
+    x[a] += x[b]; x[d] = kloop_rotl(x[d] ^ x[a], 8);
+    x[c] += x[d]; x[b] = kloop_rotl(x[b] ^ x[c], 7);
+}
+
+KLOOP_HD void kloop_chacha20_block(const unsigned int* key, unsigned int counter, unsigned int n0, unsigned int n1,
+                                   unsigned int n2, unsigned int* out) {
+    unsigned int s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u, key[0], key[1], key[2], key[3],
+                          key[4], key[5], key[6], key[7], counter, n0, n1, n2};
+    unsigned int x[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) x[i] = s[i];
+#pragma unroll
+    for (int round = 0; round < 10; ++round) {
+        kloop_quarter(x, 0, 4, 8, 12); kloop_quarter(x, 1, 5, 9, 13); kloop_quarter(x, 2, 6, 10, 14); kloop_quarter(x, 3, 7, 11, 15);
+        kloop_quarter(x, 0, 5, 10, 15); kloop_quarter(x, 1, 6, 11, 12); kloop_quarter(x, 2, 7, 8, 13); kloop_quarter(x, 3, 4, 9, 14);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) out[i] = x[i] + s[i];
+}
+
+// Block `block` (bytes [64 * block, 64 * block + 64) of `bytes`) XORed with keystream block `block` of
+// nonce (stream, block >> 32, 0): the keystream's bytes are its words little-endian, as RFC 8439's.
+KLOOP_HD void kloop_mask_block(unsigned char* data, unsigned long long bytes, const unsigned int* key, unsigned int stream,
+                               unsigned long long block) {
+    unsigned int ks[16];
+    kloop_chacha20_block(key, (unsigned int)block, stream, (unsigned int)(block >> 32), 0u, ks);
+    unsigned long long start = block * 64ull;
+    unsigned long long n = bytes - start < 64ull ? bytes - start : 64ull;
+    unsigned char* p = data + start;
+    if (n == 64ull && ((unsigned long long)p & 15ull) == 0ull) {
+        kloop_u4* quads = (kloop_u4*)p;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            kloop_u4 v = quads[q];
+            v.x ^= ks[4 * q]; v.y ^= ks[4 * q + 1]; v.z ^= ks[4 * q + 2]; v.w ^= ks[4 * q + 3];
+            quads[q] = v;
+        }
+    } else {
+        for (unsigned long long i = 0; i < n; ++i) p[i] ^= (unsigned char)(ks[i / 4] >> (8 * (i % 4)));
+    }
+}
+
 #ifndef KLOOP_HOST_BUILD
 extern "C" __global__ void kloop_leaf_sha256(const unsigned char* data, int leaves, int leaf_bytes, int tail,
                                              unsigned char* out) {
@@ -108,6 +162,15 @@ extern "C" __global__ void kloop_leaf_sha256(const unsigned char* data, int leav
     unsigned int len = leaf == leaves - 1 ? (unsigned int)tail : (unsigned int)leaf_bytes;
     kloop_sha256(data + (unsigned long long)leaf * (unsigned long long)leaf_bytes, len, out + 32ull * leaf);
 }
+
+extern "C" __global__ void kloop_mask_chacha20(unsigned char* data, unsigned long long bytes, unsigned int k0, unsigned int k1,
+                                               unsigned int k2, unsigned int k3, unsigned int k4, unsigned int k5,
+                                               unsigned int k6, unsigned int k7, unsigned int stream) {
+    unsigned long long block = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (block * 64ull >= bytes) return;
+    unsigned int key[8] = {k0, k1, k2, k3, k4, k5, k6, k7};
+    kloop_mask_block(data, bytes, key, stream, block);
+}
 #else
 extern "C" void kloop_leaf_sha256_host(const unsigned char* data, int leaves, int leaf_bytes, int tail,
                                        unsigned char* out) {
@@ -115,5 +178,10 @@ extern "C" void kloop_leaf_sha256_host(const unsigned char* data, int leaves, in
         unsigned int len = leaf == leaves - 1 ? (unsigned int)tail : (unsigned int)leaf_bytes;
         kloop_sha256(data + (unsigned long long)leaf * (unsigned long long)leaf_bytes, len, out + 32ull * leaf);
     }
+}
+
+extern "C" void kloop_mask_chacha20_host(unsigned char* data, unsigned long long bytes, const unsigned int* key,
+                                         unsigned int stream) {
+    for (unsigned long long block = 0; block * 64ull < bytes; ++block) kloop_mask_block(data, bytes, key, stream, block);
 }
 #endif
