@@ -23,7 +23,7 @@ may be 16 GiB, and there may be any number of them: the host's disk, or its memo
 folder is on a tmpfs). So every ``RESCAN_S`` the watch also adds up what the folder holds (blocks
 allocated, so a sparse file counts what it really takes), with the files on its filesystem that a
 process of the group deleted and still holds open; over the limit (``HarnessConfig.workdir_gib``),
-or with more than ``MAX_WORKDIR_ENTRIES`` entries to count, the whole group is killed and the
+or with more than ``folder_usage.MAX_ENTRIES`` entries to count, the whole group is killed and the
 verdict says why; the pipeline checks once more before a verdict of ``correct``
 (tests/fixtures/hostile/fill_the_work_folder.py).
 """
@@ -38,13 +38,13 @@ from typing import Callable
 import psutil
 import structlog
 
+from sandbox.harness import folder_usage
 from sandbox.jail.tree import children, descendants
 
 log = structlog.get_logger(__name__)
 
 POLL_S = 0.1
 RESCAN_S = 1.0
-MAX_WORKDIR_ENTRIES = 200_000  # files and folders in a work folder: beyond, counting them is the attack
 RANK_MARKER = "sandbox.rank"  # in the command line of the candidate's zygote, and so of every rank it forks
 GIB = 2**30
 
@@ -141,14 +141,14 @@ class MemoryWatch:
             return False
         folder, limit = self.workdir
         everyone = descendants(self.root_pid)  # found now: the last scan may be older than what was written since
-        used, entries = _folder_bytes(folder)
-        if entries <= MAX_WORKDIR_ENTRIES:
+        used, entries = folder_usage.folder_bytes(folder)
+        if entries <= folder_usage.MAX_ENTRIES:
             used += _deleted_files_held(everyone, folder)
             if used <= limit:
                 return False
             what = f"more than {limit / GIB:g} GiB to its work folder ({used / GIB:.2f} GiB"
         else:
-            what = f"more than {MAX_WORKDIR_ENTRIES} files and folders to its work folder ({entries} counted"
+            what = f"more than {folder_usage.MAX_ENTRIES} files and folders to its work folder ({entries} counted"
         message = (f"the candidate's processes wrote {what}, with the files they deleted and still held open, when the harness "
                    "stopped them; the limit is workdir_gib in the harness config)")
         log.info("candidate over its work folder limit", used_bytes=used, entries=entries, limit_bytes=limit)
@@ -203,31 +203,6 @@ def _held_files(processes: list[psutil.Process]) -> int:
                 seen.add((found.st_dev, found.st_ino))
                 total += found.st_blocks * 512
     return total
-
-
-def _folder_bytes(folder: str) -> tuple[int, int]:
-    """Bytes allocated to what ``folder`` holds (each file once), and how many entries were counted:
-    the count stops past MAX_WORKDIR_ENTRIES. Links are not followed."""
-    seen, total, entries = set(), 0, 0
-    pending = [folder]
-    while pending and entries <= MAX_WORKDIR_ENTRIES:
-        try:
-            scanner = os.scandir(pending.pop())
-        except OSError:
-            continue
-        with scanner:
-            for entry in scanner:
-                entries += 1
-                try:
-                    found = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-                elif (found.st_dev, found.st_ino) not in seen:
-                    seen.add((found.st_dev, found.st_ino))
-                    total += found.st_blocks * 512
-    return total, entries
 
 
 def _deleted_files_held(processes: list[psutil.Process], folder: str) -> int:

@@ -45,8 +45,8 @@ def load(folder, name: str):
 
 
 def test_an_extension_of_tensors_builds_with_the_slim_header_and_its_arguments_convert(tmp_path):
-    assert build_extension_in(tmp_path, spec("slim_scaled", TENSORS_ONLY, ["scaled"])) == "slim"
-    module = load(tmp_path, "slim_scaled")
+    assert build_extension_in(tmp_path, spec("slim_scaled", TENSORS_ONLY, ["scaled"])) == ("slim", tmp_path / "slim")
+    module = load(tmp_path / "slim", "slim_scaled")
     x = torch.arange(6, dtype=torch.float32)
     assert torch.equal(module.scaled(x, 2.0, None, torch.int64, [2, 3]), (x * 2).long().reshape(2, 3))
     out = torch.empty(3, 2, dtype=torch.float64)
@@ -56,9 +56,10 @@ def test_an_extension_of_tensors_builds_with_the_slim_header_and_its_arguments_c
 
 
 def test_a_source_using_the_cpp_frontend_is_built_again_with_torchs_header(tmp_path):
-    assert build_extension_in(tmp_path, spec("frontend_relu", CPP_FRONTEND, ["relu"])) == "torch"
+    assert build_extension_in(tmp_path, spec("frontend_relu", CPP_FRONTEND, ["relu"])) == ("torch", tmp_path / "torch")
+    assert not (tmp_path / "slim" / "frontend_relu.so").exists()  # the first attempt's folder is not the second's
     x = torch.tensor([-1.0, 0.0, 2.5])
-    assert torch.equal(load(tmp_path, "frontend_relu").relu(x), torch.tensor([0.0, 0.0, 2.5]))
+    assert torch.equal(load(tmp_path / "torch", "frontend_relu").relu(x), torch.tensor([0.0, 0.0, 2.5]))
 
 
 @pytest.mark.parametrize(("source", "error", "last_tried"), [
@@ -68,4 +69,5 @@ def test_a_source_using_the_cpp_frontend_is_built_again_with_torchs_header(tmp_p
 def test_a_failed_build_reports_the_compilers_words_and_is_built_again_only_for_a_missing_name(tmp_path, source, error, last_tried):
     with pytest.raises(CompileError, match=error):
         build_extension_in(tmp_path, spec("broken", source, ["twice"]))
-    assert json.loads((tmp_path / "spec.json").read_text())["torch_extension_h"] == last_tried
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["slim"] if last_tried == "slim" else ["slim", "torch"])
+    assert json.loads((tmp_path / last_tried / "spec.json").read_text())["torch_extension_h"] == last_tried

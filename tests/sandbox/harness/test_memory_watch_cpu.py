@@ -166,12 +166,12 @@ def test_the_watch_adds_up_the_work_folder_and_the_deleted_files_held_open(hidde
 
 
 def test_a_work_folder_of_too_many_entries_counts_as_full(tmp_path, monkeypatch):
-    from sandbox.harness import memory_watch
+    from sandbox.harness import folder_usage
 
     for index in range(30):
         (tmp_path / f"f{index}").write_bytes(b"x")
-    assert memory_watch._folder_bytes(str(tmp_path))[1] == 30
-    monkeypatch.setattr(memory_watch, "MAX_WORKDIR_ENTRIES", 10)
+    assert folder_usage.folder_bytes(str(tmp_path))[1] == 30
+    monkeypatch.setattr(folder_usage, "MAX_ENTRIES", 10)
     said: list[str] = []
     root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # a tree of one: nothing of it to stop
     try:

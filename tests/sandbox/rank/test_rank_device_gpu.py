@@ -52,7 +52,7 @@ def test_the_flush_keeps_the_gpu_busy_for_the_warm_up(tmp_path):
 def test_a_call_timed_ahead_holds_its_device_time_without_the_launch(tmp_path):
     """``timed_ahead`` queues the call behind the flushes: a call of many tiny kernels, whose
     timed interval is mostly the host launching them, reads far shorter ahead; a call of one large
-    copy reads alike both ways (its device time is all there is)."""
+    copy reads no longer ahead, and no shorter than its bytes take at the HBM's rate."""
     import torch
 
     from sandbox.rank.device import RankDevice
@@ -77,6 +77,9 @@ def test_a_call_timed_ahead_holds_its_device_time_without_the_launch(tmp_path):
         print("timed vs ahead (median ms): " + ", ".join(f"{name} {how} {ms:.4f}" for (name, how), ms in reads.items()))
         assert reads["200 tiny kernels", "ahead"] < 0.7 * reads["200 tiny kernels", "timed"]
         assert reads["one 64 MiB copy", "ahead"] <= reads["one 64 MiB copy", "timed"] * 1.05
-        assert reads["one 64 MiB copy", "ahead"] >= 0.5 * reads["one 64 MiB copy", "timed"]
+        # it still holds the copy's device time: 64 MiB read and 64 MiB written take this long at 5 TB/s, above
+        # the HBM of any of these GPUs (a ratio to the timed read failed on an H100 on 2026-12-07, whose timed
+        # read carried 0.07 ms of launch: ahead 0.0496 ms, timed 0.1192 ms)
+        assert reads["one 64 MiB copy", "ahead"] >= 2 * 64 * 2**20 / 5e12 * 1e3
     finally:
         torch.distributed.destroy_process_group()
