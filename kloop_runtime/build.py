@@ -5,6 +5,11 @@ version); the result lands atomically in the cache under that key, and a file lo
 means concurrent ranks never compile the same source twice. Compiler output is kept whole for
 feedback.
 
+The cache is bounded: an artifact may be at most ``MAX_ARTIFACT_BYTES``, and :func:`prune_cache`
+removes the least recently used entries (a cache hit counts as a use) past a budget, which the
+judge applies after every build it makes (a candidate's builds are hostile: two 256 MiB ``.so``
+files a build, with a timestamp in a comment, grew the cache by half a GB an evaluation, for good).
+
 Compilers run as the caller's ``confine`` says. The judge, which compiles hostile sources and
 flags, passes one that runs each build in a jail (an unprivileged uid, no network, the build
 folder its only writable one), so a hostile ``#include`` cannot pull a user's files into the
@@ -23,16 +28,18 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 from typing import Callable, Sequence
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from kloop_runtime.settings import compile_cache_dir
 from kloop_runtime.tree_removal import remove_tree
 
 COMPILE_TIMEOUT_S = 600
+MAX_ARTIFACT_BYTES = 256 * 2**20  # an extension of many kernels for several GPUs is tens of MB
 # confine(cmd, build_dir, extra_read) -> the command line that runs compiler ``cmd`` writing only
 # under ``build_dir`` and reading system folders and ``extra_read``.
 Confine = Callable[[list[str], Path, Sequence[str]], list[str]]
@@ -129,6 +136,7 @@ def _built_once(cache_dir: Path, key: str, target: Path, build: Callable[[Path],
     Only a plain file counts: a build that leaves a link (to a file it could not read, which its
     caller would then read for it) fails, and a link in the cache is built over."""
     if _plain_file(target):
+        _touch(target)
         return target
     with FileLock(str(cache_dir / f"{key}.lock")):
         if not _plain_file(target):
@@ -144,14 +152,61 @@ def _built_once(cache_dir: Path, key: str, target: Path, build: Callable[[Path],
 
 
 def _take(artifact: Path, target: Path) -> None:
-    """Move a build's ``artifact`` to ``target`` in the cache: only a plain file (a folder, a link
-    or a special file the build left in its place stays where it is, and goes with the build folder)."""
+    """Move a build's ``artifact`` to ``target`` in the cache: only a plain file of at most
+    MAX_ARTIFACT_BYTES (anything else the build left in its place stays where it is, and goes with
+    the build folder)."""
     if not _plain_file(artifact):
         raise CompileError(f"the build left {artifact.name} as a folder, a link or a special file, not a plain file")
+    size = artifact.stat().st_size
+    if size > MAX_ARTIFACT_BYTES:
+        raise CompileError(f"the build's {artifact.name} is {size / 2**20:.0f} MiB; an artifact may be at most "
+                           f"{MAX_ARTIFACT_BYTES / 2**20:.0f} MiB")
     os.replace(artifact, target)
 
 
-def read_plain_file(path: Path, max_bytes: int = 2**30) -> bytes:
+def _touch(path: Path) -> None:
+    """Mark a cache entry used now (prune_cache removes the least recently used first)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def prune_cache(cache_dir: Path, max_bytes: int) -> int:
+    """Remove the least recently used entries of the compile cache (an artifact with its seal,
+    by the time it was built or last found) until it holds at most ``max_bytes``; an entry being
+    built (its lock held) is left alone. Lock files of entries that hold nothing (failed builds)
+    go too once an hour old. Returns the bytes removed."""
+    entries = []
+    for lock in cache_dir.glob("*.lock"):
+        key = lock.name.removesuffix(".lock")
+        paths = [p for p in (cache_dir / f"{key}.cubin", cache_dir / f"{key}.cubin.hmac", cache_dir / f"ext-{key}") if os.path.lexists(p)]
+        files = [f for p in paths for f in ([p] if not p.is_dir() or p.is_symlink() else list(p.iterdir()))]
+        try:
+            size = sum(f.lstat().st_size for f in files)
+            used = max([f.lstat().st_mtime for f in files] or [lock.lstat().st_mtime])
+        except OSError:
+            continue  # removed meanwhile
+        entries.append((used, size, paths, lock))
+    total = sum(size for _, size, _, _ in entries)
+    removed = 0
+    stale = time.time() - 3600
+    for used, size, paths, lock in sorted(entries, key=lambda entry: entry[0]):
+        if total <= max_bytes and (paths or used > stale):
+            continue
+        try:
+            with FileLock(str(lock), timeout=0):
+                for path in paths:
+                    remove_tree(path)
+                lock.unlink(missing_ok=True)
+        except Timeout:
+            continue
+        total -= size
+        removed += size
+    return removed
+
+
+def read_plain_file(path: Path, max_bytes: int = MAX_ARTIFACT_BYTES) -> bytes:
     """The bytes of the build's ``path``, read without following a link and without waiting on a
     pipe, refused unless it is a regular file: a build runs hostile code, and the caller reading
     what it left is the judge (a link to the host secret was sealed and delivered; a FIFO hung it)."""

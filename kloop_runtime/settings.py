@@ -4,7 +4,8 @@ The one place these are defined: the runtime's compiler, the harness, the sandbo
 and the topology probe read them from here.
 
 - ``$KLOOP_CACHE_DIR`` (default ``~/.cache/kernel-loop``) is the cache root;
-- ``$KLOOP_COMPILE_CACHE`` (default ``<root>/compile``) holds compiled cubins and extensions;
+- ``$KLOOP_COMPILE_CACHE`` (default ``<root>/compile``) holds compiled cubins and extensions, at most
+  ``$KLOOP_COMPILE_CACHE_GIB`` GiB of them (default 8): the least recently used go first;
 - ``<root>/topology`` holds this host's measured topology;
 - ``<root>/bytecode`` holds torch's bytecode for rank processes, when torch ships without it.
 """
@@ -17,6 +18,8 @@ from pathlib import Path
 
 CACHE_ROOT_ENV = "KLOOP_CACHE_DIR"
 COMPILE_CACHE_ENV = "KLOOP_COMPILE_CACHE"
+COMPILE_CACHE_GIB_ENV = "KLOOP_COMPILE_CACHE_GIB"
+COMPILE_CACHE_GIB = 8.0
 
 # Set in every process that may touch NCCL, torch symmetric memory or NVSHMEM: NVLink multicast
 # (NVLS / multimem) is switched off on the machines kernel-loop runs on.
@@ -32,6 +35,16 @@ def cache_root(env: Mapping[str, str] | None = None) -> Path:
 def compile_cache_dir() -> Path:
     """``$KLOOP_COMPILE_CACHE``, else ``compile/`` under the cache root."""
     return Path(os.environ.get(COMPILE_CACHE_ENV) or cache_root() / "compile")
+
+
+def compile_cache_max_bytes() -> int:
+    """What the compile cache may hold: ``$KLOOP_COMPILE_CACHE_GIB`` GiB, else COMPILE_CACHE_GIB
+    (a value that is not a positive number counts as unset)."""
+    try:
+        gib = float(os.environ.get(COMPILE_CACHE_GIB_ENV, ""))
+    except ValueError:
+        gib = COMPILE_CACHE_GIB
+    return int((gib if gib > 0 else COMPILE_CACHE_GIB) * 2**30)
 
 
 def rank_bytecode_dir(env: Mapping[str, str] | None = None) -> Path:

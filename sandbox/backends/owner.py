@@ -26,7 +26,7 @@ def owner_alive(value: str) -> bool:
 
 def _start_time(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        with open(f"/proc/{pid}/stat", "rb") as handle:  # the process's name in it may be any bytes
+            return handle.read().rsplit(b")", 1)[1].split()[19].decode("ascii")
+    except (OSError, IndexError, UnicodeDecodeError):
         return "?"

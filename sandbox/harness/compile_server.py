@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from kloop_runtime import build
+from kloop_runtime.settings import compile_cache_max_bytes
 from sandbox.harness.confined_exec import confined_command
 from sandbox.harness.static_checks import MULTICAST, MULTICAST_OFF
 
@@ -30,6 +31,8 @@ _EXTENSION_FIELDS = {
     "extra_cuda_cflags": list, "extra_ldflags": list, "extra_include_paths": list, "arch": str,
 }
 MAX_SOURCE_CHARS = 2_000_000
+MAX_BUILDS = 16  # distinct build requests of one evaluation
+MAX_BUILT_BYTES = 512 * 2**20  # what one evaluation's new builds may add to the compile cache
 MULTICAST_MESSAGE = f"{MULTICAST_OFF}; it was found in"
 
 
@@ -76,12 +79,18 @@ def refuse_multicast(kind: str, payload: dict[str, Any]) -> None:
 
 class CompileServer:
     """``build(kind, payload) -> BuildResult`` for the ranks of one evaluation. ``deliver_to`` is
-    the folder the artifacts are copied into (readable by the candidate's ranks)."""
+    the folder the artifacts are copied into (readable by the candidate's ranks).
+
+    The cache outlives the evaluation, so what a candidate may add to it is bounded: MAX_BUILDS
+    distinct requests, MAX_BUILT_BYTES of new artifacts (one past it is removed and its build
+    fails), each artifact at most build.MAX_ARTIFACT_BYTES; after each new build the cache is
+    pruned to its budget, least recently used first (kloop_runtime.settings.compile_cache_max_bytes)."""
 
     def __init__(self, cache_dir: Path, secret: bytes, deliver_to: Path):
         self.cache_dir, self.secret, self.deliver_to = cache_dir, secret, deliver_to
         cache_dir.mkdir(parents=True, exist_ok=True)
         self._results: dict[str, BuildResult] = {}
+        self.built_bytes = 0
         self.requests = 0
         self.failed = 0
         self.refused: str | None = None  # the first refusal's message: the evaluation is rejected
@@ -94,6 +103,9 @@ class CompileServer:
         self.requests += 1
         key = hashlib.sha256(repr((kind, sorted(payload.items()) if isinstance(payload, dict) else payload)).encode()).hexdigest()
         if key not in self._results:
+            if len(self._results) >= MAX_BUILDS:
+                self.failed += 1
+                return BuildResult(ok=False, log=f"an evaluation may ask for at most {MAX_BUILDS} distinct builds")
             self._results[key] = self._build(kind, payload)
         return self._results[key]
 
@@ -132,7 +144,15 @@ class CompileServer:
             raise CompileRefused(f"{MULTICAST_MESSAGE} the preprocessed source ({found!r})")
 
     def _seal(self, artifact: Path) -> None:
+        """Called under the entry's lock when this evaluation built ``artifact``."""
+        size = artifact.stat().st_size
+        if self.built_bytes + size > MAX_BUILT_BYTES:
+            artifact.unlink()
+            raise build.CompileError(f"this evaluation's builds would add more than {MAX_BUILT_BYTES / 2**20:.0f} MiB to the "
+                                     "compile cache")
+        self.built_bytes += size
         self._seal_path(artifact).write_text(self._digest(artifact))
+        build.prune_cache(self.cache_dir, compile_cache_max_bytes())
 
     @staticmethod
     def _seal_path(artifact: Path) -> Path:

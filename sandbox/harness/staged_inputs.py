@@ -168,11 +168,11 @@ def private_mappings(root_pid: int, files: set[tuple[int, int]]) -> list[str]:
     process that ends while being read is passed over (its mappings went with it)."""
     if not files:
         return []
-    inodes = {str(inode) for _, inode in files}
+    inodes = {str(inode).encode() for _, inode in files}
     found = []
     for process in _tree(root_pid):
         try:
-            with open(f"/proc/{process.pid}/maps") as handle:
+            with open(f"/proc/{process.pid}/maps", "rb") as handle:  # paths are the candidate's bytes, not always UTF-8
                 lines = handle.readlines()
         except (FileNotFoundError, ProcessLookupError):
             continue
@@ -183,11 +183,11 @@ def private_mappings(root_pid: int, files: set[tuple[int, int]]) -> list[str]:
             continue
         for line in lines:
             parts = line.split(maxsplit=5)
-            if len(parts) < 5 or parts[4] not in inodes or parts[1][3:4] == "s":
+            if len(parts) < 5 or parts[4] not in inodes or parts[1][3:4] == b"s":
                 continue
-            major, _, minor = parts[3].partition(":")
+            major, _, minor = parts[3].partition(b":")
             if (os.makedev(int(major, 16), int(minor, 16)), int(parts[4])) in files:
-                found.append(f"{process.pid}: {line.strip()}"[:300])
+                found.append(f"{process.pid}: {line.strip().decode(errors='backslashreplace')}"[:300])
     return found
 
 

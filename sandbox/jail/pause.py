@@ -113,7 +113,10 @@ def _running_threads(pid: int) -> dict[str, tuple[str, int]]:
     time in clock ticks. Each thread's own state, not the process's, which is its first thread's:
     that thread may have exited alone (a zombie, to psutil) while the others run on, in a kernel
     call that a pending stop does not interrupt (tests/fixtures/hostile/pause_dodged_by_zombie_leader.py
-    burned every core that way)."""
+    burned every core that way). The file is read as bytes: the thread's name in it is the
+    candidate's, any bytes, and a name that was not UTF-8 once made the read fail and the thread
+    count as gone while it burned every core (pause_dodged_by_thread_name.py). A thread whose state
+    cannot be read, for any reason but its end, counts as running."""
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError):
@@ -121,11 +124,19 @@ def _running_threads(pid: int) -> dict[str, tuple[str, int]]:
     running = {}
     for thread in threads:
         try:
-            with open(f"/proc/{pid}/task/{thread}/stat") as handle:
-                fields = handle.read().rpartition(")")[2].split()
-            state, ticks = fields[0], int(fields[11]) + int(fields[12])  # stat's state, utime and stime (proc(5))
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            with open(f"/proc/{pid}/task/{thread}/stat", "rb") as handle:
+                line = handle.read()
+        except (FileNotFoundError, ProcessLookupError):
             continue  # gone meanwhile
+        except OSError:
+            running[thread] = ("?", -1)
+            continue
+        fields = line.rpartition(b")")[2].split()  # after the name: state, ppid, ... utime (12th), stime (13th)
+        try:
+            state, ticks = fields[0].decode("ascii"), int(fields[11]) + int(fields[12])
+        except (IndexError, ValueError):
+            running[thread] = ("?", -1)
+            continue
         if state not in _STOPPED_STATES:
             running[thread] = (state, ticks)
     return running

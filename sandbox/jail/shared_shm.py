@@ -41,7 +41,7 @@ def held_paths(root: str = SHM) -> set[str]:
                     continue
                 if target.startswith(prefix):
                     held.add(target.removesuffix(" (deleted)"))
-            with open(f"/proc/{pid}/maps") as maps:
+            with open(f"/proc/{pid}/maps", errors="surrogateescape") as maps:  # undecodable names as os.walk gives them
                 for line in maps:
                     fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path (where there is one)
                     path = fields[5].strip() if len(fields) == 6 else ""

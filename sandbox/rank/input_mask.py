@@ -22,8 +22,11 @@ and on one rank another for every tensor of the call. Applying the mask twice re
   On an H100 on 2026-12-07 (tests/sandbox/rank/test_input_mask_gpu.py, medians of 50) the two cost
   the host alike, 0.101 against 0.093 ms for two tensors of 24 KiB and 0.109 against 0.122 ms for two
   of 64 MiB, where the kernel's work ended in half the time (0.21 against 0.42 ms).
-- On the CPU (the parent's shared copies), torch's counter-based generator seeded from the key and
-  the rank.
+- On the CPU (the parent's shared copies), SHAKE-128 (hashlib) of the key, the rank and the tensor's
+  place, as long as the tensor. It replaced torch's CPU generator, a Mersenne Twister that keeps 32
+  bits of its seed (the same keystream for seeds 2**40 apart) and whose whole state 624 known words
+  give away: the known bytes of a call's inputs (an int64 tensor's zero upper halves) would have
+  unmasked the rest while they were staged (a red-team finding of 2026-12-07).
 """
 
 from __future__ import annotations
@@ -41,10 +44,6 @@ def new_key() -> int:
     return secrets.randbits(KEY_BITS)
 
 
-def _seed(key: int, rank: int) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{int(key)}/{int(rank)}".encode(), digest_size=8).digest(), "little") >> 1
-
-
 def apply(torch, tensors: list, key: int, rank: int) -> None:
     """XOR the bytes of ``tensors`` (contiguous, all on one device), in order, with rank
     ``rank``'s keystream of ``key``, in place."""
@@ -53,18 +52,22 @@ def apply(torch, tensors: list, key: int, rank: int) -> None:
     if tensors[0].device.type == "cuda":
         _apply_on_device(tensors, key, rank)
         return
-    generator = torch.Generator(device=tensors[0].device)
-    generator.manual_seed(_seed(key, rank))
     with torch.no_grad():
-        for tensor in tensors:
+        for stream, tensor in enumerate(tensors):
+            if not tensor.is_contiguous():
+                raise ValueError("a masked tensor must be contiguous")
             raw = tensor.detach().reshape(-1).view(torch.uint8)
-            words = raw.numel() // 4
-            if words:
-                head = raw[:4 * words].view(torch.int32)
-                head.bitwise_xor_(torch.empty_like(head).random_(-2**31, 2**31 - 1, generator=generator))
-            tail = raw[4 * words:]
-            if tail.numel():
-                tail.bitwise_xor_(torch.empty_like(tail).random_(0, 256, generator=generator))
+            if raw.numel():
+                keystream = hashlib.shake_128(f"kloop-mask/{int(key)}/{int(rank)}/{stream}".encode()).digest(raw.numel())
+                _xor(torch, raw, torch.frombuffer(bytearray(keystream), dtype=torch.uint8))
+
+
+def _xor(torch, raw, keystream) -> None:
+    """``raw ^= keystream`` (two flat uint8 tensors of one length), eight bytes at a time where they fit."""
+    words = raw.numel() // 8 if raw.storage_offset() % 8 == 0 else 0  # a dtype view needs an aligned start
+    if words:
+        raw[:8 * words].view(torch.int64).bitwise_xor_(keystream[:8 * words].view(torch.int64))
+    raw[8 * words:].bitwise_xor_(keystream[8 * words:])
 
 
 def _apply_on_device(tensors: list, key: int, rank: int) -> None:

@@ -530,7 +530,7 @@ class Blob:
 def _clear_cuda_error() -> None:
     """Reset the CUDA runtime's last error after a call that failed without harm (torch checks it
     after its next kernel launch): through the libcudart this process already loaded."""
-    with open("/proc/self/maps") as maps:
+    with open("/proc/self/maps", errors="surrogateescape") as maps:
         paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
     for path in paths:
         ctypes.CDLL(path).cudaGetLastError()

@@ -111,7 +111,7 @@ libc.mmap.restype = ctypes.c_void_p
 libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-span = 32 << 30  # 64 MiB of page tables, seconds of kernel work a call
+span = 128 << 30  # 256 MiB of page tables: 3-4 s of kernel work a call (32 GiB took 0.9 s on a host of 2026-12-07, under STOP_WAIT_S)
 
 def burn():  # page tables to the zero page, in the kernel: a pending stop does not interrupt a call
     while True:
@@ -130,6 +130,23 @@ def test_a_zombie_leader_with_a_thread_running_is_not_taken_as_stopped(tmp_path)
     """A process's state is its first thread's; every thread's counts
     (tests/fixtures/hostile/pause_dodged_by_zombie_leader.py)."""
     with _jailed(tmp_path, ZOMBIE_LEADER) as jail:
+        time.sleep(0.2)
+        with pause.paused(jail.process.pid) as failed:
+            assert failed is not None and "did not stop" in failed
+
+
+NAMED_BURNER = ZOMBIE_LEADER.replace("def burn():", "def burn():\n    libc.prctl(15, NAME, 0, 0, 0)  # PR_SET_NAME: the thread's name, as /proc shows it").replace(
+    "libc.syscall(60, 0)  # the first thread alone exits: the process reads as a zombie", "threading.Event().wait()")
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe's mmap flag is x86_64's")
+@pytest.mark.parametrize("name", [b"kloop\xff", b"kloop"], ids=["not-utf8", "control"])
+def test_a_thread_named_in_bytes_that_are_not_utf8_is_not_taken_as_stopped(tmp_path, name):
+    """HOSTILE: /proc/<pid>/task/<tid>/stat holds the thread's name, bytes the candidate picks; read as
+    UTF-8 text, a name that was not raised an error that counted the thread as gone, and the pause
+    held while it burned a core in the kernel (a red-team finding of 2026-12-07). The control, the
+    same burner with a plain name, fails the pause the same way."""
+    with _jailed(tmp_path, f"NAME = {name!r}\n" + NAMED_BURNER) as jail:
         time.sleep(0.2)
         with pause.paused(jail.process.pid) as failed:
             assert failed is not None and "did not stop" in failed

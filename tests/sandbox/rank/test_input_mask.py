@@ -1,6 +1,6 @@
 """Inputs masked until their call (sandbox/rank/input_mask.py): the reference masks a call's inputs
 on the device, a rank removes the mask only with the key its call message brings
-(RankServer._unmasked). The keystream is torch's generator on the CPU, ChaCha20 on a GPU (its kernel
+(RankServer._unmasked). The keystream is SHAKE-128 on the CPU, ChaCha20 on a GPU (its kernel
 built for the host here; on a GPU: tests/sandbox/rank/test_input_mask_gpu.py)."""
 
 import ctypes
@@ -50,6 +50,43 @@ def test_no_two_calls_or_ranks_share_a_keystream():
     key = input_mask.new_key()
     streams = [_bytes(input_mask.masked(torch, zeros, k, rank)[0]) for k, rank in ((key, 0), (input_mask.new_key(), 0), (key, 1))]
     assert len(set(streams)) == 3
+
+
+def test_the_cpu_keystream_is_shake_128_of_the_key_the_rank_and_the_place():
+    tensors = [torch.zeros(5, dtype=torch.int64), torch.zeros(3, dtype=torch.uint8)]
+    input_mask.apply(torch, tensors, key=2**61 + 9, rank=3)
+    for stream, tensor in enumerate(tensors):
+        size = tensor.numel() * tensor.element_size()
+        assert _bytes(tensor) == hashlib.shake_128(f"kloop-mask/{2**61 + 9}/3/{stream}".encode()).digest(size)
+
+
+def test_keys_that_torch_s_cpu_generator_could_not_tell_apart_mask_differently():
+    """HOSTILE: the CPU mask was torch's CPU generator, a Mersenne Twister seeded with a 63-bit hash
+    of the key and the rank, of which it keeps 32 bits: among 2**17 keys two share a keystream, and
+    2**32 seeds are all a staged input's mask could be (its 624-word state also follows from known
+    words of the inputs). Control: the key and the rank alone still remove the mask."""
+    def old_seed(key: int) -> int:  # input_mask._seed before 2026-12-07; mt19937 kept its low 32 bits
+        return (int.from_bytes(hashlib.blake2b(f"{key}/0".encode(), digest_size=8).digest(), "little") >> 1) & 0xFFFFFFFF
+
+    seen: dict[int, int] = {}
+    key = 0
+    while old_seed(key) not in seen:
+        seen[old_seed(key)] = key
+        key += 1
+    first, second = seen[old_seed(key)], key
+    masks = [_bytes(input_mask.masked(torch, [torch.zeros(256, dtype=torch.int32)], k, 0)[0]) for k in (first, second)]
+    assert masks[0] != masks[1], f"keys {first} and {second} mask alike"
+    plain = [torch.randn(100)]
+    masked = input_mask.masked(torch, plain, second, 0)
+    input_mask.apply(torch, masked, second, 0)
+    assert torch.equal(masked[0], plain[0])
+
+
+def test_a_tensor_that_starts_off_an_eight_byte_boundary_is_masked_whole():
+    storage = torch.zeros(101, dtype=torch.uint8)
+    view = storage[3:]
+    input_mask.apply(torch, [view], key=7, rank=1)
+    assert _bytes(view) == hashlib.shake_128(b"kloop-mask/7/1/0").digest(98) and storage[:3].eq(0).all()
 
 
 def _staged(key: int):
