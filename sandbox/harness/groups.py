@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,12 +266,16 @@ class RankGroup:
         """Whether :meth:`paused` can stop this group (a jailed one, not yet ended)."""
         return bool(getattr(self.process, "pausable", False)) and not self.closed
 
-    def paused(self) -> contextlib.AbstractContextManager[str | None]:
-        """Every process of this group stopped for the block (a jailed group; others go on); the
-        block gets None, or why the group could not be stopped."""
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[str | None]:
+        """Every process of this group stopped for the block (a jailed group; others go on), its
+        memory watch quiet meanwhile; the block gets None, or why the group could not be stopped."""
         if not self.pausable:
-            return contextlib.nullcontext()
-        return pause.paused(self.process.pid)
+            yield None
+            return
+        with pause.paused(self.process.pid) as failed:
+            with self.memory_watch.quiet() if failed is None and self.memory_watch is not None else contextlib.nullcontext():
+                yield failed
 
     def close(self) -> None:
         """End the whole tree at once: ranks keep nothing worth a graceful exit (their output is

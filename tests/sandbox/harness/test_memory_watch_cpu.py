@@ -180,3 +180,29 @@ def test_a_work_folder_of_too_many_entries_counts_as_full(tmp_path, monkeypatch)
     finally:
         root.kill()
         root.wait()
+
+
+def test_a_quiet_watch_reads_nothing_while_its_group_is_stopped(monkeypatch):
+    """HOSTILE (a red-team idea of 2026-12-07): the watch reads every descriptor of the group each
+    RESCAN_S (20,000 held by one process took 0.064 s a read on a two-core host), also while the
+    group is stopped and the reference timed; a group holding hundreds of thousands would have the
+    parent burn a core beside the reference. RankGroup.paused keeps the watch quiet meanwhile;
+    control: it reads again once the block ends."""
+    from sandbox.harness import memory_watch
+
+    scans: list[float] = []
+    monkeypatch.setattr(MemoryWatch, "_scan", lambda self: scans.append(time.monotonic()))
+    root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    watch = MemoryWatch(root.pid, 1, 2**30, lambda reason: None).start()
+    try:
+        with watch.quiet():
+            time.sleep(memory_watch.POLL_S * 2)  # a read under way as the block began ends
+            before = len(scans)
+            time.sleep(2.5 * memory_watch.RESCAN_S)
+            assert len(scans) == before
+        time.sleep(2.5 * memory_watch.RESCAN_S)
+        assert len(scans) > before
+    finally:
+        watch.stop()
+        root.kill()
+        root.wait()
