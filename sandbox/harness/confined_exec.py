@@ -27,6 +27,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sandbox.harness import folder_usage
+
 # what a compiler run may see of the caller's environment (the jail sets PATH, HOME and TMPDIR)
 COMPILER_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "NVCC", "CC", "CXX", "TORCH_CUDA_ARCH_LIST",
                 "MAX_JOBS", "LD_LIBRARY_PATH")
@@ -56,8 +58,6 @@ def default_floor(free_bytes: int) -> int:
 
 def overrun(folder: str, max_folder_bytes: int, disk_floor_bytes: int) -> str | None:
     """Why the build must stop now, or None."""
-    from sandbox.harness import folder_usage
-
     used, entries = folder_usage.folder_bytes(folder)
     if entries > folder_usage.MAX_ENTRIES:
         return f"more than {folder_usage.MAX_ENTRIES} files and folders to its build folder"

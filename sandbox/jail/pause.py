@@ -125,18 +125,15 @@ def _running_threads(pid: int) -> dict[str, tuple[str, int]]:
     for thread in threads:
         try:
             with open(f"/proc/{pid}/task/{thread}/stat", "rb") as handle:
-                line = handle.read()
+                fields = handle.read().rpartition(b")")[2].split()  # after the name: state, ppid, ... utime (12th), stime (13th)
         except (FileNotFoundError, ProcessLookupError):
             continue  # gone meanwhile
         except OSError:
-            running[thread] = ("?", -1)
-            continue
-        fields = line.rpartition(b")")[2].split()  # after the name: state, ppid, ... utime (12th), stime (13th)
+            fields = []
         try:
             state, ticks = fields[0].decode("ascii"), int(fields[11]) + int(fields[12])
         except (IndexError, ValueError):
-            running[thread] = ("?", -1)
-            continue
+            state, ticks = "?", -1  # unreadable: running, for all the pause can tell
         if state not in _STOPPED_STATES:
             running[thread] = (state, ticks)
     return running

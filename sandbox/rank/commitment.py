@@ -22,6 +22,7 @@ Imported by rank processes: the standard library, torch and kloop_runtime only (
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -111,6 +112,7 @@ def stream_digest(tensors: list, nonce: bytes = b"") -> str:
     return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
 
 
+@functools.lru_cache(maxsize=256)  # every call asks again for the same few sizes
 def stream_geometry(size: int) -> tuple[int, int]:
     """(block bytes, blocks a row) of the transposed order of a ``size``-byte stream; (size, 1): its own order."""
     block = STRIPE_BLOCK_BYTES if size >= STRIPE_BLOCK_BYTES * STRIPE_BLOCKS * MIN_ROWS else SMALL_BLOCK_BYTES

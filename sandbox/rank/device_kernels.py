@@ -22,6 +22,7 @@ from typing import Any
 SOURCE = Path(__file__).with_name("rank_kernels.cu")
 THREADS = 128
 _kernels: dict[str, Any] = {}
+_module: list[Any] = []  # torch's kernel object, which holds the loaded module that the launchers use
 _lock = threading.Lock()
 
 
@@ -34,8 +35,8 @@ def kernel(name: str):
             from kloop_runtime.driver import CudaKernel
 
             compiled = torch.cuda._compile_kernel(SOURCE.read_text(), "kloop_leaf_sha256")
-            loaded = {n: CudaKernel(compiled.module, n) for n in ("kloop_leaf_sha256", "kloop_mask_chacha20")}
-            _kernels.update(loaded, module=compiled)  # torch's kernel object holds the module that the launchers use
+            _module.append(compiled)
+            _kernels.update({n: CudaKernel(compiled.module, n) for n in ("kloop_leaf_sha256", "kloop_mask_chacha20")})
         return _kernels[name]
 
 
