@@ -4,8 +4,10 @@ for each scheme of sandbox/rank/commitment.py, side by side in one process.
     python benchmarks/commitment_cost.py [--device cuda] [--mib 1 16 64 128] [--repeats 10]
 
 Per size: the rank's commitment to one tensor on the device (``transposed``: transposed on the
-device, copied to pinned host memory, SHA-256 in threads; ``tree``: SHA-256 leaves on the device,
-the top level copied), and the parent's re-hash of the same bytes on the host. With
+device, copied to pinned host memory, SHA-256 in threads; ``transposed+sealed``: that and the
+sealed memfd copy a rank's done brings; ``tree``: SHA-256 leaves on the device, the top level
+copied), and the parent's re-hash of the same bytes on the host (for the sealed copy: its
+comparison with the bytes shown). With
 ``--leaf-kib`` several leaf sizes of the tree are compared (the module's constant is the one the
 judge uses). On a GPU it first checks that the device tree digest equals the host's.
 """
@@ -13,6 +15,7 @@ judge uses). On a GPU it first checks that the device tree digest equals the hos
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -33,10 +36,16 @@ def _timed_ms(torch, fn, repeats: int, cuda: bool) -> list[float]:
     return times
 
 
+def _sealed_copy(commitment, tensor) -> int:
+    nonce = b"kloop-benchmark!"
+    commitment.stream_digest([tensor], nonce, seal=True)
+    return commitment.take_sealed(nonce)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where the rank's tensor lives")
-    parser.add_argument("--mib", type=int, nargs="+", default=[1, 16, 64, 128], help="tensor sizes in MiB")
+    parser.add_argument("--mib", type=float, nargs="+", default=[1, 16, 64, 128], help="tensor sizes in MiB")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--leaf-kib", type=float, nargs="+", default=None,
                         help="tree leaf sizes to compare (default: the judge's own)")
@@ -53,11 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     leaves = [int(k * 1024) for k in args.leaf_kib] if args.leaf_kib else [default_leaf]
     rows = []
     for mib in args.mib:
-        tensor = torch.randint(0, 256, (mib * 2**20,), dtype=torch.uint8, device=args.device)
+        tensor = torch.randint(0, 256, (int(mib * 2**20),), dtype=torch.uint8, device=args.device)
         host = tensor.cpu()
         rank = _timed_ms(torch, lambda: commitment.stream_digest([tensor]), args.repeats, cuda)
         parent = _timed_ms(torch, lambda: commitment.stream_digest([host]), args.repeats, False)
-        rows.append([f"{mib} MiB", "transposed", "-", *spread(rank)[:3], spread(parent)[0]])
+        rows.append([f"{mib:g} MiB", "transposed", "-", *spread(rank)[:3], spread(parent)[0]])
+        copies: list[int] = []
+        rank = _timed_ms(torch, lambda: copies.append(_sealed_copy(commitment, tensor)), args.repeats, cuda)
+        parent = _timed_ms(torch, lambda: commitment.matches_sealed(copies[-1], [host]) or sys.exit("MISMATCH: sealed copy"),
+                           args.repeats, False)
+        for fd in copies:
+            os.close(fd)
+        rows.append([f"{mib:g} MiB", "transposed+sealed", "-", *spread(rank)[:3], spread(parent)[0]])
         for leaf in leaves:
             commitment.TREE_LEAF_BYTES = leaf
             try:
@@ -68,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                 parent = _timed_ms(torch, lambda: commitment.tree_digest(host), args.repeats, False)
             finally:
                 commitment.TREE_LEAF_BYTES = default_leaf
-            rows.append([f"{mib} MiB", "tree", f"{leaf / 1024:g}", *spread(rank)[:3], spread(parent)[0]])
-        print(f"measured {mib} MiB", flush=True)
+            rows.append([f"{mib:g} MiB", "tree", f"{leaf / 1024:g}", *spread(rank)[:3], spread(parent)[0]])
+        print(f"measured {mib:g} MiB", flush=True)
     header = ["size", "scheme", "leaf_kib", *(f"rank_{h}" for h in SPREAD_HEADER[:3]), "parent_median_ms"]
     print_table(f"commitment cost ({args.device}, {args.repeats} repeats, one tensor)", header, rows)
     return 0

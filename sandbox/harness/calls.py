@@ -143,6 +143,29 @@ class Call:
 
 
 @dataclass
+class Commitment:
+    """What a rank sent when a call ended: its ``checksum`` and, where the group's scheme is the
+    transposed one, ``sealed``, the sealed memfd (owned here) holding the bytes it hashed."""
+
+    checksum: str
+    sealed: int | None = None
+
+    def close(self) -> None:
+        if self.sealed is not None:
+            try:
+                os.close(self.sealed)
+            except OSError:
+                pass
+            self.sealed = None
+
+
+def close_commitments(rows: list[list[Commitment]]) -> None:
+    for row in rows:
+        for held in row:
+            held.close()
+
+
+@dataclass
 class Revealed:
     """What a candidate rank showed of one call: its outputs and its inputs' final state."""
 

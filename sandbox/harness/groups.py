@@ -29,7 +29,7 @@ from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.memory_watch import MemoryWatch
 from sandbox.jail import pause
-from sandbox.rank.wire import Channel, ChannelClosed, WireError, close_received
+from sandbox.rank.wire import Channel, ChannelClosed, WireError, check_sealed, close_received
 from sandbox.readiness import wait_readable
 from sandbox.report import inert
 
@@ -218,6 +218,8 @@ class RankGroup:
                 return RankFailure(rank, reply.kind, inert(reply.message), reply.text)
             if not isinstance(reply, expect):
                 raise m.ProtocolViolation(f"rank {rank} answered {reply.type!r} where {expect.__name__} was due")
+            if reply.sealed_copies:
+                _check_sealed(rank, fds)
         except m.ProtocolViolation as violation:
             _close(fds)
             return RankFailure(rank, "violation", str(violation))
@@ -294,6 +296,16 @@ class RankGroup:
             for reader in [*self.readers, self.zygote_log]:
                 reader.join(2.0)
             self.closed = True
+
+
+def _check_sealed(rank: int, fds: list[int]) -> None:
+    """A rank's copies of what it committed to, sealed when its reply arrives, not later: a copy
+    left writable could be filled after the call ended, by this rank or another still running."""
+    for fd in fds:
+        try:
+            check_sealed(fd, m.MAX_SEALED_BYTES)
+        except WireError as error:
+            raise m.ProtocolViolation(f"rank {rank} sent a copy of a call's bytes that is not sealed ({error})") from None
 
 
 def _close(fds: list[int]) -> None:

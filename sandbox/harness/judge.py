@@ -1,8 +1,8 @@
 """Turning what the ranks showed into a verdict: every checked call, every rank, against the
 reference; the first failing call names the rank, the element and the likely cause.
 
-A rank's revealed bytes must be the ones it committed to when the call ended (else the judge was
-lied to: ``rejected``); its inputs must come back as they went in, byte for byte, except those the
+A rank's revealed bytes must be the ones it committed to when the call ended and, where it sent
+one, the copy it sealed then (else the judge was lied to: ``rejected``); its inputs must come back as they went in, byte for byte, except those the
 reference itself updates in place, which must then hold what the reference leaves in them. (On the
 CPU the parent has already compared the memory it staged the inputs in, after the call:
 sandbox/harness/staged_inputs.py; the revealed inputs are what a GPU rank can be judged on.)
@@ -13,13 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from problems.contract import ProblemSpec
-from sandbox.harness.calls import Call, Expected, Revealed, same_bytes
+from sandbox.harness.calls import Call, Commitment, Expected, Revealed, same_bytes
 from sandbox.harness.compare import compare_outputs, error_summary
 from sandbox.harness.verdict import Verdict
+from sandbox.rank.commitment import matches_sealed
 from sandbox.report import Mismatch, RankVerdict
 
 
-def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], spec: ProblemSpec, device: Any,
+def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[list[Commitment]], spec: ProblemSpec, device: Any,
           scheme: str, back_to_back_from: int | None = None, note: str | None = None) -> list[RankVerdict]:
     """Verdicts of every rank when all is right; raises :class:`Verdict` at the first call that
     fails ("wrong"), or when a rank's revealed bytes are not what it committed to ("rejected").
@@ -31,10 +32,13 @@ def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[lis
     last_errors: list[tuple[float, float]] = []
     for position, call in enumerate(calls):
         for rank in range(world):
-            shown = revealed[position][rank]
-            if shown.commitment(scheme, call.nonce) != committed[position][rank]:
+            shown, held = revealed[position][rank], committed[position][rank]
+            if shown.commitment(scheme, call.nonce) != held.checksum:
                 raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the ones it committed "
                               "to when the call ended (outputs computed or changed after the timer stopped)")
+            if held.sealed is not None and not matches_sealed(held.sealed, [*shown.outputs, *shown.inputs]):
+                raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the copy it sealed "
+                              "when the call ended (bytes it did not hold then: made for it by another rank, or after the call)")
             expected = call.expected[rank]
             mismatch = _check_call(expected, shown, spec, device, rank, call.label, world)
             if mismatch is None and position == len(calls) - 1:

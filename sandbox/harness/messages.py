@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 MAX_TEXT = 50_000
 MAX_CALLS = 4096
+MAX_SEALED_BYTES = 64 * 2**30  # a sealed copy of a call's bytes; compared, where asked, with what the rank shows
 
 
 def _cut(limit: int):
@@ -39,6 +40,7 @@ class Reply(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     carries_fds: ClassVar[bool] = False
+    sealed_copies: ClassVar[bool] = False  # its descriptors, if any, are sealed copies of calls' bytes (checked on arrival)
 
     type: str
 
@@ -67,6 +69,8 @@ class Primed(Reply):
 
 
 class Done(Reply):
+    carries_fds: ClassVar[bool] = True
+    sealed_copies: ClassVar[bool] = True
     type: Literal["done"]
     round: int
     index: int = Field(ge=0, le=MAX_CALLS)
@@ -82,6 +86,8 @@ class Done(Reply):
 
 
 class BurstDone(Reply):
+    carries_fds: ClassVar[bool] = True
+    sealed_copies: ClassVar[bool] = True
     type: Literal["burst_done"]
     round: int
     checksums: list[Digest] = Field(max_length=MAX_CALLS)
@@ -95,6 +101,8 @@ class Revealed(Reply):
 
 
 class Calibrated(Reply):
+    carries_fds: ClassVar[bool] = True
+    sealed_copies: ClassVar[bool] = True
     type: Literal["calibrated"]
     round: int
     index: int = Field(ge=0, le=MAX_CALLS)

@@ -33,7 +33,7 @@ from problems.contract import Problem
 from sandbox import performance, topology
 from sandbox.harness import messages as m
 from sandbox.harness import staged_inputs, timing
-from sandbox.harness.calls import Call, CallPlan, Expected, Inputs, Revealed
+from sandbox.harness.calls import Call, CallPlan, Commitment, Expected, Inputs, Revealed, close_commitments
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.config import HarnessConfig
 from sandbox.harness.groups import Answer, RankFailure, RankGroup, StageTimeout, close_answers
@@ -49,6 +49,7 @@ from sandbox.harness.warm import FreshGroups, drop_alone, keep_alone, kept_alone
 from sandbox.jail import shared_shm
 from sandbox.nvml import gpu_model_name
 from sandbox.rank import commitment, device_kernels, wire
+from sandbox.rank.wire import close_received
 from sandbox.rank.device import flushes_for
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 
@@ -311,11 +312,13 @@ class Evaluation:
                     for index in range(count):
                         self._prime(group, "calibration")
                         started = time.perf_counter()
-                        answers = self._checked(group, group.ask(
+                        asked = group.ask(
                             {"type": "calibrate", "round": round_id, "index": index, "output_bytes": output_bytes, "flush": True,
                              "nonce": calls[index].nonce.hex(), "mask": calls[index].mask},
-                            m.Calibrated, self.config.timeouts.correctness_s, "calibration"))
+                            m.Calibrated, self.config.timeouts.correctness_s, "calibration")
                         record.wall_ms.append((time.perf_counter() - started) * 1000.0)
+                        close_answers(asked)  # the stand-in's sealed copies: made as a call's are, never compared
+                        answers = self._checked(group, asked)
                         record.claimed_ms.append([a.reply.ms for a in answers])
                     self._drop(group, round_id)
                     series.rounds.append(record)
@@ -362,6 +365,7 @@ class Evaluation:
             answers = self.reference.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng,
                                           "nonce": call.nonce.hex(), "mask": call.mask, "ahead": self._flushes},
                                          m.Done, self.config.timeouts.correctness_s, "reference device time")
+            close_answers(answers)
             per_call.append(max(a.reply.ms for a in self._checked(self.reference, answers)))
         self._drop(self.reference, round_id)
         return round(statistics.median(per_call), 6)
@@ -458,7 +462,8 @@ class Evaluation:
     def _checked(self, group: RankGroup, answers: list[Answer | RankFailure]) -> list[Answer]:
         return self._candidate(answers) if group is self.candidate else self._expect(answers, "reference")
 
-    def _call(self, group: RankGroup, round_id: int, index: int, call: Call, stage: str, flush: bool) -> tuple[list[float], list[str], float]:
+    def _call(self, group: RankGroup, round_id: int, index: int, call: Call, stage: str,
+              flush: bool) -> tuple[list[float], list[Commitment], float]:
         """One timed call on every rank: (claimed ms per rank, commitments per rank, the parent's wall ms).
         With ``flush``, the warm-up before it (``_prime``) stays outside the parent's clock."""
         if flush:
@@ -467,13 +472,34 @@ class Evaluation:
         answers = group.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng, "nonce": call.nonce.hex(),
                              "mask": call.mask, "flush": flush}, m.Done, self.config.timeouts.correctness_s, stage)
         wall = (time.perf_counter() - started) * 1000.0
-        done = self._checked(group, answers)
-        for answer in done:
-            if answer.reply.round != round_id or answer.reply.index != index:
-                raise m.ProtocolViolation(f"rank {answer.rank} answered for another call")
-        if group is self.candidate:
-            self._check_inputs(round_id, [call], index)
-        return [a.reply.ms for a in done], [a.reply.checksum for a in done], wall
+        with _closed_on_error(answers):
+            done = self._checked(group, answers)
+            for answer in done:
+                if answer.reply.round != round_id or answer.reply.index != index:
+                    raise m.ProtocolViolation(f"rank {answer.rank} answered for another call")
+            committed = self._commitments(done, [[a.reply.checksum for a in done]])[0]
+        with _closed_on_error([], [committed]):
+            if group is self.candidate:
+                self._check_inputs(round_id, [call], index)
+        return [a.reply.ms for a in done], committed, wall
+
+    def _commitments(self, done: list[Answer], checksums: list[list[str]]) -> list[list[Commitment]]:
+        """``checksums[i][r]`` (call i, rank r) with rank r's sealed copy of call i's bytes, taken off
+        ``done``: one a call where the group's scheme is the transposed one (sandbox/rank/commitment.py), else none."""
+        rows = [[Commitment(checksum) for checksum in row] for row in checksums]
+        due = len(rows) if self._scheme == "transposed" else 0
+        with _closed_on_error(done, rows):
+            for answer in done:
+                fds, answer.fds = answer.fds, []
+                for position, fd in enumerate(fds):
+                    if position < due:
+                        rows[position][answer.rank].sealed = fd
+                    else:
+                        close_received(fd)
+                if len(fds) != due:
+                    raise m.ProtocolViolation(f"rank {answer.rank} sent {len(fds)} sealed copies of its calls' bytes where "
+                                              f"{due} were due")
+        return rows
 
     def _prime(self, group: RankGroup, stage: str) -> None:
         """The warm-up before a timed call (the L2 flush kept up for about the config's warm_up_ms, sandbox.rank.device),
@@ -484,16 +510,20 @@ class Evaluation:
             self._checked(group, group.ask({"type": "prime", "flushes": self._flushes}, m.Primed, self.config.timeouts.correctness_s,
                                            stage))
 
-    def _burst(self, group: RankGroup, round_id: int, calls: list[Call], start: int, stage: str) -> list[list[str]]:
-        answers = self._checked(group, group.ask({"type": "burst", "round": round_id, "start": start, "rng": [c.rng for c in calls],
-                                                  "nonce": [c.nonce.hex() for c in calls], "mask": [c.mask for c in calls]},
-                                                 m.BurstDone, self.config.timeouts.correctness_s, stage))
+    def _burst(self, group: RankGroup, round_id: int, calls: list[Call], start: int, stage: str) -> list[list[Commitment]]:
+        asked = group.ask({"type": "burst", "round": round_id, "start": start, "rng": [c.rng for c in calls],
+                           "nonce": [c.nonce.hex() for c in calls], "mask": [c.mask for c in calls]},
+                          m.BurstDone, self.config.timeouts.correctness_s, stage)
         count = len(calls) - start
-        if any(len(a.reply.checksums) != count for a in answers):
-            raise m.ProtocolViolation("a rank committed to the wrong number of back-to-back calls")
-        if group is self.candidate:
-            self._check_inputs(round_id, calls[start:], start)
-        return [[a.reply.checksums[i] for a in answers] for i in range(count)]
+        with _closed_on_error(asked):
+            answers = self._checked(group, asked)
+            if any(len(a.reply.checksums) != count for a in answers):
+                raise m.ProtocolViolation("a rank committed to the wrong number of back-to-back calls")
+            committed = self._commitments(answers, [[a.reply.checksums[i] for a in answers] for i in range(count)])
+        with _closed_on_error([], committed):
+            if group is self.candidate:
+                self._check_inputs(round_id, calls[start:], start)
+        return committed
 
     def _reveal(self, round_id: int, calls: list[Call], indices: list[int], stage: str) -> list[list[Revealed]]:
         """What each rank shows of ``calls`` (the round's calls at ``indices``), each blob refused
@@ -557,7 +587,8 @@ class Evaluation:
 
         return torch.device("cuda", 0) if self.config.device != "cpu" and torch.cuda.is_available() else torch.device("cpu")
 
-    def _judge(self, calls: list[Call], revealed: list[list[Revealed]], committed: list[list[str]], **hints: Any) -> list[RankVerdict]:
+    def _judge(self, calls: list[Call], revealed: list[list[Revealed]], committed: list[list[Commitment]],
+               **hints: Any) -> list[RankVerdict]:
         with self._parent_work("judging"):
             return judge(calls, revealed, committed, self.problem.spec, self._compare_device(),
                          self._scheme, **hints)
@@ -567,16 +598,20 @@ class Evaluation:
         """Every trial checked: the first call isolated (synced and aligned), the rest back to back."""
         trials = self.config.trials
         calls = self._make(self.plan.trial_keys(), set(range(trials)), list(range(trials)))
+        committed: list[list[Commitment]] = []
         try:
             self._note_weak_inputs(calls)
             round_id = self._next_round()
             self._stage(self.candidate, round_id, calls, "correctness")
             _, first, _ = self._call(self.candidate, round_id, 0, calls[0], "correctness", flush=False)
-            committed = [first] + (self._burst(self.candidate, round_id, calls, 1, "correctness") if trials > 1 else [])
+            committed.append(first)
+            if trials > 1:
+                committed += self._burst(self.candidate, round_id, calls, 1, "correctness")
             revealed = self._reveal(round_id, calls, list(range(trials)), "correctness")
             self._drop(self.candidate, round_id)
             self.report.ranks = self._judge(calls, revealed, committed, back_to_back_from=1)
         finally:
+            close_commitments(committed)
             for call in calls:
                 call.close()
 
@@ -585,6 +620,7 @@ class Evaluation:
         while done < self.config.stress_calls:
             count = min(batch, self.config.stress_calls - done)
             calls = self._make(self.plan.fresh_keys(count), set(range(count)), list(range(1000 + done, 1000 + done + count)))
+            committed = []
             try:
                 round_id = self._next_round()
                 self._stage(self.candidate, round_id, calls, "stress")
@@ -594,6 +630,7 @@ class Evaluation:
                 self._judge(calls, revealed, committed, note=f"wrong within back-to-back calls {done + 1}-{done + count} of the "
                             f"stress run ({self.config.stress_calls} calls); the correctness trials before it passed")
             finally:
+                close_commitments(committed)
                 for call in calls:
                     call.close()
             done += count
@@ -769,17 +806,22 @@ class Evaluation:
         stage = "performance" if group is self.candidate else "reference timing"
         round_id = self._next_round()
         record = timing.Round(stage_ms=self._stage(group, round_id, calls, stage))
-        committed = []
-        for index, call in enumerate(calls):
-            claims, commitments, wall = self._call(group, round_id, index, call, stage, flush=True)
-            record.claimed_ms.append(claims)
-            record.wall_ms.append(wall)
-            committed.append(commitments)
-        if reveal:
-            revealed = self._reveal(round_id, [calls[i] for i in reveal], reveal, stage)
-            self._judge([calls[i] for i in reveal], revealed, [committed[i] for i in reveal],
-                        note="wrong on a call checked during timing, though correct on the trials: outputs that depend on "
-                             "being timed, repeated or counted")
+        kept: list[list[Commitment]] = []  # those of the calls to reveal; the others' sealed copies closed at once
+        try:
+            for index, call in enumerate(calls):
+                claims, commitments, wall = self._call(group, round_id, index, call, stage, flush=True)
+                record.claimed_ms.append(claims)
+                record.wall_ms.append(wall)
+                kept.append(commitments)
+                if index not in reveal:
+                    close_commitments([commitments])
+            if reveal:
+                revealed = self._reveal(round_id, [calls[i] for i in reveal], reveal, stage)
+                self._judge([calls[i] for i in reveal], revealed, [kept[i] for i in reveal],
+                            note="wrong on a call checked during timing, though correct on the trials: outputs that depend on "
+                                 "being timed, repeated or counted")
+        finally:
+            close_commitments(kept)
         self._drop(group, round_id)
         return record
 
@@ -822,15 +864,18 @@ class Evaluation:
         key = self.plan.recheck_key()
         label = self.config.trials
         calls = self._make([key], {0}, [label])
+        committed: list[list[Commitment]] = []
         try:
             round_id = self._next_round()
             self._stage(self.candidate, round_id, calls, "recheck")
-            _, committed, _ = self._call(self.candidate, round_id, 0, calls[0], "recheck", flush=False)
+            _, first, _ = self._call(self.candidate, round_id, 0, calls[0], "recheck", flush=False)
+            committed.append(first)
             revealed = self._reveal(round_id, calls, [0], "recheck")
             self._drop(self.candidate, round_id)
-            self._judge(calls, revealed, [committed], note="correct before timing, wrong on fresh inputs after many calls: state "
+            self._judge(calls, revealed, committed, note="correct before timing, wrong on fresh inputs after many calls: state "
                         "that drifts across calls (counters, flags, cached buffers)?" if self.config.is_timed() else None)
         finally:
+            close_commitments(committed)
             calls[0].close()
 
     # ------------------------------------------------------------------ profile
@@ -909,6 +954,18 @@ class Evaluation:
         launcher = candidate.launcher_log()
         if launcher.strip() and self.report.status in ("crashed", "timeout"):
             self.report.logs.append(LogExcerpt.of("candidate launcher", launcher, keep_chars=2000))
+
+
+@contextlib.contextmanager
+def _closed_on_error(answers: list[Answer | RankFailure], commitments: list[list[Commitment]] = ()):
+    """The descriptors ``answers`` carry and the sealed copies of ``commitments`` closed if the block
+    raises; the caller's to close otherwise."""
+    try:
+        yield
+    except BaseException:
+        close_answers(answers)
+        close_commitments(commitments)
+        raise
 
 
 def _nbytes(shapes: list[tuple[int, ...]], dtypes: list[str]) -> int:

@@ -25,12 +25,13 @@ import ctypes
 import functools
 import hashlib
 import json
+import mmap
 import os
 import struct
 import threading
 from typing import Any
 
-from sandbox.rank import device_kernels
+from sandbox.rank import device_kernels, wire
 
 DIGEST_CHUNK_BYTES = 8 * 2**20
 # the transposed order (stream_digest): the bytes read as a matrix of blocks, column by column. A large stream's blocks are
@@ -49,6 +50,7 @@ SCHEMES = ("transposed", "tree")
 _digest_pool = None
 _staging: dict[str, Any] = {}
 _staging_lock = threading.Lock()
+_sealed: tuple[bytes, int] | None = None  # (nonce, fd) of the last stream committed to with seal, until taken
 
 
 def scheme(world: int, mode: str) -> str:
@@ -58,7 +60,7 @@ def scheme(world: int, mode: str) -> str:
     return "tree" if world == 1 and mode == "cuda" else "transposed"
 
 
-def commitment(tensors: list, scheme: str = "transposed", nonce: bytes = b"") -> str:
+def commitment(tensors: list, scheme: str = "transposed", nonce: bytes = b"", seal: bool = False) -> str:
     """A short digest of ``tensors`` (dtypes, shapes and the digest of their bytes), in order, bound
     to the call's ``nonce``: a secret the parent sends with the call and not before. In the
     transposed scheme the bytes of all the tensors are one stream (:func:`stream_digest`) and every
@@ -68,17 +70,25 @@ def commitment(tensors: list, scheme: str = "transposed", nonce: bytes = b"") ->
     earlier calls ran on the device had that much time to hide work after its timer, inside the
     reference's unclaimed time (tests/fixtures/hostile/precomputed_input_digests.py). In the tree
     scheme (one rank, hashed on the device in a fraction of a millisecond) the nonce binds the root
-    only."""
+    only.
+
+    With ``seal`` (a rank's own commitment, transposed scheme), the stream hashed is also left in a
+    sealed memfd for :func:`take_sealed`: a copy of the bytes the rank held when the call ended,
+    which nothing can change once sealed. The parent compares it with what the rank later shows
+    (:func:`matches_sealed`). A digest alone binds bytes, not who held them: in an all-gather the
+    root, holding every rank's outputs and inputs, made every rank's commitment, and the others
+    received their outputs only when asked to show them, untimed
+    (tests/fixtures/hostile/gather_to_root_commits_for_all.py)."""
     parts = [[str(t.dtype).removeprefix("torch."), list(t.shape)] for t in tensors]
     if scheme == "tree":
         parts = [[*part, tree_digest(t)] for part, t in zip(parts, tensors)]
     else:
-        parts.append(stream_digest(tensors, nonce))
+        parts.append(stream_digest(tensors, nonce, seal))
     return hashlib.sha256(nonce + json.dumps(parts).encode()).hexdigest()[:32]
 
 
 # ---------------------------------------------------------------------------- transposed
-def stream_digest(tensors: list, nonce: bytes = b"") -> str:
+def stream_digest(tensors: list, nonce: bytes = b"", seal: bool = False) -> str:
     """SHA-256 over the SHA-256s of 8 MiB chunks (each started from ``nonce``, hashed in parallel)
     of the tensors' bytes, one after the other as one stream, read in a transposed order: the
     stream's whole rows of blocks (:func:`stream_geometry`) as a matrix, column by column, then the
@@ -109,7 +119,48 @@ def stream_digest(tensors: list, nonce: bytes = b"") -> str:
         chunks = [data[i:i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)] or [data]
         digests = list(_pool().map(lambda chunk: _seeded_sha256(nonce, chunk), chunks)) if len(chunks) > 1 else \
             [_seeded_sha256(nonce, chunks[0])]
+        if seal:
+            _keep_sealed(nonce, wire.sealed_memfd("committed", [data]))
     return hashlib.sha256(struct.pack("<Q", len(data)) + b"".join(digests)).hexdigest()
+
+
+def _keep_sealed(nonce: bytes, fd: int) -> None:
+    global _sealed
+    stale, _sealed = _sealed, (nonce, fd)
+    if stale is not None:
+        os.close(stale[1])
+
+
+def take_sealed(nonce: bytes) -> int | None:
+    """The sealed copy of the stream last committed to with ``seal``, if it was committed under
+    ``nonce`` (the caller closes it); else None."""
+    global _sealed
+    kept, _sealed = _sealed, None
+    if kept is None:
+        return None
+    if kept[0] != nonce:
+        os.close(kept[1])
+        return None
+    return kept[1]
+
+
+def matches_sealed(fd: int, tensors: list) -> bool:
+    """Whether the sealed memfd ``fd`` (checked sealed) holds exactly the stream ``tensors`` are
+    committed as (the transposed scheme's bytes, the parent's side of :func:`take_sealed`)."""
+    import torch
+
+    with _staging_lock:
+        data = _committed_bytes(tensors)
+        try:
+            size = wire.check_sealed(fd, len(data))
+        except wire.WireError:
+            return False
+        if size != len(data):
+            return False
+        if not size:
+            return True
+        with mmap.mmap(fd, size, access=mmap.ACCESS_COPY) as held:  # private: no write reaches the file, none is made
+            return torch.equal(torch.frombuffer(held, dtype=torch.uint8), torch.frombuffer(data, dtype=torch.uint8))
 
 
 @functools.lru_cache(maxsize=256)  # every call asks again for the same few sizes

@@ -5,8 +5,9 @@ Every call looks the same to the code under test, whatever the parent will do wi
 inputs staged from a blob, the global RNG seeded, the L2 flushed, ranks aligned, the call timed
 between two device-wide syncs, and a checksum of its outputs and of its inputs' final state sent
 back at once (a commitment: the parent later asks to see some calls' bytes and checks them against
-it). In a candidate's process all of this is hostile territory; the parent treats every number
-that comes back as a claim (see sandbox/harness/timing.py).
+it), with a sealed copy of the bytes committed to where the transposed scheme is the group's. In a
+candidate's process all of this is hostile territory; the parent treats every number that comes
+back as a claim (see sandbox/harness/timing.py).
 
 Messages from the parent: load, stage, prime, call, calibrate, burst, reveal, drop, profile (a rank
 ends when the parent kills its group). Replies: loaded, staged, primed, done, calibrated, burst_done,
@@ -177,8 +178,9 @@ class RankServer:
             result, ms = self.device.timed(lambda: self.fn(*inputs))
         leaves = self._output_leaves(result)
         current["outputs"][index] = leaves
-        return {"type": "done", "round": message["round"], "index": index, "ms": ms,
-                "checksum": self._commitment(leaves, entry["leaves"], message["nonce"])}, []
+        checksum = self._commitment(leaves, entry["leaves"], message["nonce"])
+        return {"type": "done", "round": message["round"], "index": index, "ms": ms, "checksum": checksum}, \
+            self._sealed(message["nonce"])
 
     def calibrate(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """A timed call's harness work with no solution in it (the unmasking, the flush, an empty
@@ -192,7 +194,7 @@ class RankServer:
             self.device.flush_l2(1)
         _, ms = self.device.timed(lambda: None)
         self._commitment([stand_in], entry["leaves"], message["nonce"])
-        return {"type": "calibrated", "round": message["round"], "index": message["index"], "ms": ms}, []
+        return {"type": "calibrated", "round": message["round"], "index": message["index"], "ms": ms}, self._sealed(message["nonce"])
 
     def burst(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """The round's calls from ``start`` on, back to back: no host sync, no barrier between them."""
@@ -206,12 +208,18 @@ class RankServer:
             self._prepare(message["rng"][index])
             results.append(self.fn(*inputs[index - start]))
         self.device.synchronize()
-        checksums = []
-        for index, result in enumerate(results, start=start):
-            leaves = self._output_leaves(result)
-            current["outputs"][index] = leaves
-            checksums.append(self._commitment(leaves, current["calls"][index]["leaves"], message["nonce"][index]))
-        return {"type": "burst_done", "round": message["round"], "checksums": checksums}, []
+        checksums, sealed = [], []
+        try:
+            for index, result in enumerate(results, start=start):
+                leaves = self._output_leaves(result)
+                current["outputs"][index] = leaves
+                checksums.append(self._commitment(leaves, current["calls"][index]["leaves"], message["nonce"][index]))
+                sealed += self._sealed(message["nonce"][index])
+        except BaseException:
+            for fd in sealed:
+                os.close(fd)
+            raise
+        return {"type": "burst_done", "round": message["round"], "checksums": checksums}, sealed
 
     def _output_leaves(self, result: Any) -> list:
         """The outputs as the tensors committed to and shown: exactly torch.Tensor, detached, and
@@ -228,7 +236,15 @@ class RankServer:
         return [leaf.detach().resolve_conj().resolve_neg() for leaf in leaves]
 
     def _commitment(self, outputs: list, inputs: list, nonce: str) -> str:
-        return commitment.commitment([*outputs, *inputs], self.commitment_scheme, bytes.fromhex(nonce))
+        return commitment.commitment([*outputs, *inputs], self.commitment_scheme, bytes.fromhex(nonce), seal=True)
+
+    @staticmethod
+    def _sealed(nonce: str) -> list[int]:
+        """The sealed copy of what the call's commitment hashed, sent with the reply (the transposed
+        scheme's; none for the tree's): the parent checks it sealed when the reply arrives, and
+        compares it with what the rank shows when asked (sandbox/harness/judge.py)."""
+        fd = commitment.take_sealed(bytes.fromhex(nonce))
+        return [] if fd is None else [fd]
 
     def reveal(self, message: dict[str, Any], _fds) -> tuple[dict, list]:
         """The outputs and the inputs' final state of some calls of a round, one blob per call: a

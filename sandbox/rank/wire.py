@@ -86,7 +86,7 @@ class Channel:
         fds = list(fds)
         owned = []
         if len(data) > MAX_INLINE_BYTES:
-            blob = _sealed_memfd("message", [data])
+            blob = sealed_memfd("message", [data])
             owned.append(blob)
             data = json.dumps({"$header_blob": len(fds)}).encode()
             fds = fds + [blob]
@@ -169,7 +169,8 @@ def _no_constants(name: str):
 
 
 # ---------------------------------------------------------------------------- memfds
-def _sealed_memfd(name: str, chunks: Iterable[bytes | memoryview]) -> int:
+def sealed_memfd(name: str, chunks: Iterable[bytes | memoryview]) -> int:
+    """A memfd holding ``chunks`` one after the other, sealed against any write or resize."""
     fd = os.memfd_create(f"kloop-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         for chunk in chunks:
@@ -259,7 +260,7 @@ def write_device_blob(tree: Any, tensors: list, device: int, copies: int = 1) ->
 
     layout = _BlobLayout(tree, tensors, on_device=True)
     chunks = [(spec["offset"], flat.view(torch.uint8)) for flat, spec in zip(layout.flats, layout.specs) if spec["nbytes"]]
-    header = _sealed_memfd("inputs", [layout.prefix])
+    header = sealed_memfd("inputs", [layout.prefix])
     fds = [header]
     try:
         for _ in range(copies):

@@ -18,12 +18,10 @@ import pytest
 
 from agent.budget import Budget
 from agent.episode import Episode
-from agent.loop import Agent
 from agent.providers import Message, ModelResponse, ProviderTimeout, Usage, make_model
 from agent.providers.scripted import CannedModel
 from agent.run_config import RunConfig
-from agent.trajectory import FORMAT, Trajectory, new_run_folder
-from problems import get_problem
+from agent.trajectory import FORMAT, new_run_folder
 from sandbox.harness.config import HarnessConfig
 from sandbox.report import EvalReport
 from tests.support.providers_http import (LocalServer, Recorder, anthropic_message, clean_env, fast_policy,  # noqa: F401

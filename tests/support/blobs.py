@@ -10,6 +10,6 @@ def device_header(tree, tensors, device_bytes=None) -> int:
     """A device blob's header (what wire.write_device_blob seals), with ``device_bytes`` forged where given."""
     layout = wire._BlobLayout(tree, tensors, on_device=True)
     if device_bytes is None:
-        return wire._sealed_memfd("inputs", [layout.prefix])
+        return wire.sealed_memfd("inputs", [layout.prefix])
     header = json.dumps({"tree": tree, "tensors": layout.specs, "device_bytes": device_bytes}).encode()
-    return wire._sealed_memfd("inputs", [wire.MAGIC + struct.pack("<Q", len(header)) + header])
+    return wire.sealed_memfd("inputs", [wire.MAGIC + struct.pack("<Q", len(header)) + header])

@@ -14,7 +14,7 @@ from tests.support.providers_http import clean_env, fast_policy  # noqa: F401  (
 
 from agent.providers import (FatalProviderError, InvalidModelSpec, Message, Model, ModelResponse, RateLimited,
                              RetriesExhausted, ScriptExhausted, ToolCall, TransientError, Usage, make_model)
-from agent.providers.prices import PriceTable, PriceTableError, load_prices
+from agent.providers.prices import PriceTableError, load_prices
 from agent.providers.retry import RetryPolicy, concurrency_limiter, error_for_status, parse_retry_after
 from agent.providers.scripted import load_script
 

@@ -24,7 +24,7 @@ WORLDS = (2, 4, 8)
 EVERY_WORLD = {"wordsum_commitment_forgery", "commit_then_compute_at_reveal", "fake_done_no_compute", "garbage_after_n_calls",
                "garbage_when_timed", "timed_claims_zero", "work_after_timer", "collective_functional_no_nccl",
                "unsolicited_and_pickle", "all_reduce_reference_copy", "all_reduce_no_memo",
-               "all_reduce_store_no_nccl", "chunk_digest_commitment_forgery", "all_gather_default_size",
+               "all_reduce_store_no_nccl", "chunk_digest_commitment_forgery", "gather_to_root_commits_for_all", "all_gather_default_size",
                "reference_noise_widens_clock", "noisy_reference_hides_staging",
                # the rounding bound of sums (ProblemSpec.sum_of_products) grows with the world size: lossy and honest sums
                "int8_quantized_transfer_all_reduce", "int8_quantized_transfer_reduce_scatter",

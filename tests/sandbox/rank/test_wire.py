@@ -72,7 +72,7 @@ def _blob_with(header: dict, data: bytes = b"") -> int:
     raw = json.dumps(header).encode()
     prefix = wire.MAGIC + struct.pack("<Q", len(raw)) + raw
     prefix += bytes(-len(prefix) % wire.ALIGN)
-    return wire._sealed_memfd("test", [prefix, data])
+    return wire.sealed_memfd("test", [prefix, data])
 
 
 @pytest.mark.parametrize("spec, why", [
