@@ -7,7 +7,8 @@ Per size: the rank's commitment to one tensor on the device (``transposed``: tra
 device, copied to pinned host memory, SHA-256 in threads; ``transposed+sealed``: that and the
 sealed memfd copy a rank's done brings; ``tree``: SHA-256 leaves on the device, the top level
 copied), and the parent's re-hash of the same bytes on the host (for the sealed copy: its
-comparison with the bytes shown). With
+comparison with the bytes shown); ``+sealed, allocated ahead``: the copy written into a memfd
+allocated between calls, as a rank server does after each reply (commitment.allocate_ahead). With
 ``--leaf-kib`` several leaf sizes of the tree are compared (the module's constant is the one the
 judge uses). On a GPU it first checks that the device tree digest equals the host's.
 """
@@ -23,9 +24,11 @@ from paths import ROOT  # noqa: F401 - puts the repository on sys.path
 from table import SPREAD_HEADER, print_table, spread
 
 
-def _timed_ms(torch, fn, repeats: int, cuda: bool) -> list[float]:
+def _timed_ms(torch, fn, repeats: int, cuda: bool, before=None) -> list[float]:
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -34,6 +37,13 @@ def _timed_ms(torch, fn, repeats: int, cuda: bool) -> list[float]:
             torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1000.0)
     return times
+
+
+def _no_spare(commitment) -> None:
+    """No memfd allocated ahead: the next sealed copy is made in a new one."""
+    if commitment._spare is not None:
+        os.close(commitment._spare[0])
+        commitment._spare = None
 
 
 def _sealed_copy(commitment, tensor) -> int:
@@ -67,13 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         rank = _timed_ms(torch, lambda: commitment.stream_digest([tensor]), args.repeats, cuda)
         parent = _timed_ms(torch, lambda: commitment.stream_digest([host]), args.repeats, False)
         rows.append([f"{mib:g} MiB", "transposed", "-", *spread(rank)[:3], spread(parent)[0]])
-        copies: list[int] = []
-        rank = _timed_ms(torch, lambda: copies.append(_sealed_copy(commitment, tensor)), args.repeats, cuda)
-        parent = _timed_ms(torch, lambda: commitment.matches_sealed(copies[-1], [host]) or sys.exit("MISMATCH: sealed copy"),
-                           args.repeats, False)
-        for fd in copies:
-            os.close(fd)
-        rows.append([f"{mib:g} MiB", "transposed+sealed", "-", *spread(rank)[:3], spread(parent)[0]])
+        for scheme, before in (("transposed+sealed", _no_spare), ("+sealed, allocated ahead", lambda c: c.allocate_ahead())):
+            copies: list[int] = []
+            rank = _timed_ms(torch, lambda: copies.append(_sealed_copy(commitment, tensor)), args.repeats, cuda,
+                             lambda before=before: before(commitment))
+            parent = _timed_ms(torch, lambda: commitment.matches_sealed(copies[-1], [host]) or sys.exit("MISMATCH: sealed copy"),
+                               args.repeats, False)
+            for fd in copies:
+                os.close(fd)
+            rows.append([f"{mib:g} MiB", scheme, "-", *spread(rank)[:3], spread(parent)[0]])
         for leaf in leaves:
             commitment.TREE_LEAF_BYTES = leaf
             try:

@@ -28,6 +28,7 @@ from sandbox.rank.device import RankDevice
 
 MAX_INPUT_BLOB_BYTES = 64 * 2**30
 MAX_PROFILE_EVENTS = 20_000
+SEALING_REPLIES = ("done", "burst_done", "calibrated")  # replies that bring sealed copies of what was committed to
 
 
 class RankServer:
@@ -77,6 +78,8 @@ class RankServer:
             self.channel.send(reply, reply_fds)
             for fd in reply_fds:
                 os.close(fd)
+            if reply_fds and reply["type"] in SEALING_REPLIES:
+                commitment.allocate_ahead()  # outside any call's clock: while the parent reads this reply
 
     def _failure(self, error: BaseException) -> dict[str, Any]:
         from kloop_runtime import CompileError

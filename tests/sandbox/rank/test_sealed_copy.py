@@ -90,3 +90,25 @@ def test_a_reply_s_copy_that_is_not_sealed_is_a_protocol_violation_on_arrival():
     finally:
         for fd in (sealed, writable, read_end, write_end):
             os.close(fd)
+
+
+def test_a_copy_written_into_a_memfd_allocated_ahead_is_as_sealed_and_as_whole():
+    tensors = _tensors()
+    os.close(_sealed_for(tensors, os.urandom(16)))  # sets the size allocated ahead
+    commitment.allocate_ahead()
+    spare = commitment._spare
+    assert spare is not None and spare[1] == os.fstat(spare[0]).st_size
+    fd = _sealed_for(tensors, os.urandom(16))
+    try:
+        assert fd == spare[0] and commitment._spare is None  # written into the spare
+        assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & wire.SEALS == wire.SEALS
+        assert commitment.matches_sealed(fd, tensors)
+    finally:
+        os.close(fd)
+    commitment.allocate_ahead()
+    smaller = tensors[:1]
+    fd = _sealed_for(smaller, os.urandom(16))  # another size: a new memfd, the spare closed
+    try:
+        assert commitment.matches_sealed(fd, smaller) and not commitment.matches_sealed(fd, tensors)
+    finally:
+        os.close(fd)
