@@ -84,7 +84,7 @@ def run_watched(jail, folder: str, max_folder_bytes: int, disk_floor_bytes: int)
 
 
 def main() -> int:
-    from sandbox.jail import Jail, JailError, JailSpec
+    from sandbox.jail import Jail, JailError, JailSpec, own_uid
 
     parser = argparse.ArgumentParser(description="Run a compiler in a jail that may write only the build folder.")
     parser.add_argument("--write", required=True, help="the build folder: the only one the command may write")
@@ -101,7 +101,7 @@ def main() -> int:
     env = {name: os.environ[name] for name in COMPILER_ENV if name in os.environ}
     floor = args.disk_floor_bytes if args.disk_floor_bytes is not None else default_floor(disk_free_bytes(args.write))
     try:
-        spec = JailSpec(workdir=args.write, readable=tuple(args.read), network="none", env=env)
+        spec = JailSpec(workdir=args.write, readable=tuple(args.read), network="none", env=env, uid=own_uid())
         with Jail.start(spec, cmd, stdout=sys.stdout.fileno(), stderr=sys.stderr.fileno()) as jail:
             returncode = run_watched(jail, spec.workdir, args.max_folder_bytes, floor)
     except JailError as error:

@@ -29,6 +29,7 @@ log = structlog.get_logger(__name__)
 
 CANDIDATE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST",
                  "KLOOP_CUDA_ARCH", "NCCL_DEBUG", "NCCL_P2P_LEVEL", "OMP_NUM_THREADS", "LD_LIBRARY_PATH")
+TREE_USER = "kloop"  # USER and LOGNAME in a candidate's tree: its uid has no passwd entry (getpass asks those first)
 RANK_FILES = ("__init__.py", "runtime.py", "rank", "readiness.py")  # of `sandbox`: what a candidate's rank imports
 
 
@@ -62,7 +63,7 @@ def candidate_env(workdir: Path, packages: Path, mode: str, bytecode: Path | Non
     env.update(settings.MULTICAST_OFF, PYTHONPATH=str(packages), HOME=str(workdir), TMPDIR=str(workdir / "tmp"),
                PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONUNBUFFERED="1",
                NCCL_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo", TRITON_CACHE_DIR=str(workdir / "triton"),
-               TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"))
+               TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"), USER=TREE_USER, LOGNAME=TREE_USER)
     if bytecode is not None:
         env["PYTHONPYCACHEPREFIX"] = str(bytecode)
     if mode == "emulate":
@@ -110,13 +111,13 @@ def reference_launcher(workdir: Path, mode: str):
 def candidate_launcher(workdir: Path, mode: str, network: str):
     """Start the candidate's zygote in a jail writing only ``workdir``; the rank packages are
     staged beside it (``<workdir>-packages``), readable, not writable."""
-    from sandbox.jail import Jail, JailSpec
+    from sandbox.jail import Jail, JailSpec, own_uid
 
     packages = stage_rank_packages(packages_dir(workdir))
     bytecode = rank_bytecode()
     spec = JailSpec(workdir=str(workdir), readable=(str(packages), *([str(bytecode)] if bytecode else [])),
                     hidden=hidden_paths(), network=network, env=candidate_env(workdir, packages, mode, bytecode),
-                    devices="none" if mode == "cpu" else "cuda")
+                    devices="none" if mode == "cpu" else "cuda", uid=own_uid())
 
     def launch(argv: list[str], pass_fds: list[int], log_fd: int) -> Launched:
         jail = Jail.start(spec, [sys.executable, "-m", "sandbox.rank", *argv], pass_fds=tuple(pass_fds), stdout=log_fd,

@@ -9,9 +9,9 @@
 
 Where the kernel allows it (kloop as root, or as a user with user namespaces), the tree gets
 new PID, mount, network and IPC namespaces (a user namespace first when not root), runs as
-an unprivileged uid (65534 under root) with every capability dropped, no_new_privs, a
-seccomp filter, Landlock (files, TCP, signals, abstract unix sockets), a private /tmp and
-/dev/shm, no /run, a fresh /proc, rlimits; it ends whole when its PID 1 exits. Inside a
+an unprivileged uid (under root 65534, or one of its own: ``own_uid``) with every capability
+dropped, no_new_privs, a seccomp filter, Landlock (files, TCP, signals, abstract unix sockets),
+a private /tmp and /dev/shm, no /run, a fresh /proc, rlimits; it ends whole when its PID 1 exits. Inside a
 Docker container (no namespaces) it keeps Landlock, no_new_privs, seccomp, rlimits, and ends
 the tree by a kill(-1) that a Landlock signal scope confines to it; the container's /dev/shm is
 shared there, and the harness sweeps it between evaluations (sandbox/jail/shared_shm.py). See
@@ -21,6 +21,6 @@ Stdlib only: the init (``python -m sandbox.jail``) imports nothing else.
 """
 
 from sandbox.jail.jail import Jail
-from sandbox.jail.spec import JailError, JailSpec
+from sandbox.jail.spec import JailError, JailSpec, own_uid
 
-__all__ = ["Jail", "JailError", "JailSpec"]
+__all__ = ["Jail", "JailError", "JailSpec", "own_uid"]

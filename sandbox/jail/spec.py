@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass, field
 
 from sandbox.jail import policy
 
 NOBODY = 65534
+# a tree's own uid under root (own_uid): above systemd's container range (up to 0x6fffffff), below its foreign range (0x7ffe0000)
+TREE_UIDS = range(2_000_000_000, 2_000_000_000 + 2**24)
 NETWORKS = ("none", "loopback")
 DEVICES = ("none", "cuda")
 # soft = hard limit for the tree; nproc counts every process and thread of the tree's uid
 DEFAULT_RLIMITS = {"core": 0, "nofile": 65536, "fsize": 16 * 2**30, "nproc": 8192}
 MAX_TMPFS_BYTES = 8 * 2**30
+
+
+def own_uid() -> int | None:
+    """A uid for one tree alone, drawn from TREE_UIDS, where kloop runs as root; None elsewhere
+    (the tree keeps the caller's uid in a user namespace of its own, where the kernel counts its
+    processes apart from others'). The kernel counts RLIMIT_NPROC by uid: trees that all ran as
+    65534 shared one count, and a candidate that started 8191 threads left every other tree of
+    that uid (a pre-started group, a concurrent evaluation's ranks, a compiler) unable to start a
+    thread or fork until it ended (tests/sandbox/jail/test_tree_uid.py)."""
+    return TREE_UIDS[secrets.randbelow(len(TREE_UIDS))] if os.geteuid() == 0 else None
 
 
 def default_tmpfs_bytes() -> int:
@@ -37,8 +50,9 @@ class JailSpec:
       packages where they sit in site-packages next to the ones it needs).
     network: "none" (no TCP at all, no interface but a downed loopback) or "loopback"
       (loopback only: gloo, NCCL bootstrap between the tree's own processes).
-    uid: the tree's uid (and gid) when kloop runs as root (default 65534); as non-root the
-      tree keeps the caller's uid inside a user namespace.
+    uid: the tree's uid (and gid) when kloop runs as root (default 65534, shared by every tree
+      given none: a tree of hostile code takes :func:`own_uid`); as non-root the tree keeps the
+      caller's uid inside a user namespace.
     env: the tree's whole environment (build it from an allow-list); HOME and TMPDIR are set.
     rlimits: overrides of DEFAULT_RLIMITS (core, nofile, fsize, nproc; soft = hard).
     devices: "none", or "cuda" for /dev/nvidia*.
