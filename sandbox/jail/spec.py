@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -18,14 +19,20 @@ DEFAULT_RLIMITS = {"core": 0, "nofile": 65536, "fsize": 16 * 2**30, "nproc": 819
 MAX_TMPFS_BYTES = 8 * 2**30
 
 
-def own_uid() -> int | None:
-    """A uid for one tree alone, drawn from TREE_UIDS, where kloop runs as root; None elsewhere
-    (the tree keeps the caller's uid in a user namespace of its own, where the kernel counts its
-    processes apart from others'). The kernel counts RLIMIT_NPROC by uid: trees that all ran as
-    65534 shared one count, and a candidate that started 8191 threads left every other tree of
-    that uid (a pre-started group, a concurrent evaluation's ranks, a compiler) unable to start a
-    thread or fork until it ended (tests/sandbox/jail/test_tree_uid.py)."""
-    return TREE_UIDS[secrets.randbelow(len(TREE_UIDS))] if os.geteuid() == 0 else None
+def own_uid(key: str | None = None) -> int | None:
+    """A uid of its own for one tree, or for the trees of one ``key`` (an agent's shell: one uid a
+    episode, so that a command's files stay its next command's), from TREE_UIDS, where kloop runs
+    as root; None elsewhere (the tree keeps the caller's uid in a user namespace of its own, where
+    the kernel counts its processes apart from others'). The kernel counts RLIMIT_NPROC by uid:
+    trees that all ran as 65534 shared one count, and a candidate that started 8191 threads left
+    every other tree of that uid (a pre-started group, a concurrent evaluation's ranks, a compiler,
+    another episode's shell) unable to start a thread or fork until it ended
+    (tests/sandbox/jail/test_tree_uid.py)."""
+    if os.geteuid() != 0:
+        return None
+    if key is None:
+        return TREE_UIDS[secrets.randbelow(len(TREE_UIDS))]
+    return TREE_UIDS[int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") % len(TREE_UIDS)]
 
 
 def default_tmpfs_bytes() -> int:

@@ -233,7 +233,7 @@ def _write_atomic(path: Path, text: str) -> None:
 def run(config: RunnerConfig) -> dict:
     from sandbox.harness.bytecode import rank_bytecode
     from sandbox.harness.hidden import hidden_paths
-    from sandbox.jail import Jail, JailError, JailSpec
+    from sandbox.jail import Jail, JailError, JailSpec, own_uid
 
     root = Path(config.root)
     stage(root)
@@ -244,7 +244,7 @@ def run(config: RunnerConfig) -> dict:
     readable = (str(root / "packages"), str(root / "tools"), *([str(bytecode)] if bytecode else []))
     spec = JailSpec(workdir=str(config.home), readable=readable, hidden=hidden_paths(),
                     network="none", env=shell_env(config, handed.fileno(), bytecode), rlimits={"nproc": SHELL_NPROC},
-                    devices="none" if config.device == "cpu" else "cuda")
+                    devices="none" if config.device == "cpu" else "cuda", uid=own_uid(str(root.resolve())))
     try:
         jail = Jail.start(spec, ["/bin/bash", "-c", config.command], pass_fds=(handed.fileno(),), stdout=out_w, stderr=out_w)
     except JailError as error:

@@ -22,6 +22,7 @@ import pytest
 from agent.bash.shell import Shell
 from kloop_runtime import settings
 from sandbox.backends import LocalSandbox
+from sandbox.jail.spec import TREE_UIDS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the jail's full set of measures needs root (or user namespaces)")
@@ -62,10 +63,14 @@ def processes_with(marker: str) -> list[psutil.Process]:
 
 
 def test_the_shell_runs_in_the_jail_with_every_measure(shell):
-    """What happened: the command ran as uid 65534 in new PID, mount, network and IPC namespaces,
-    caps dropped, seccomp and Landlock (files, TCP, signal and abstract-socket scopes); no gap."""
+    """What happened: the command ran as the episode's own uid (under root; the caller's elsewhere)
+    in new PID, mount, network and IPC namespaces, caps dropped, seccomp and Landlock (files, TCP,
+    signal and abstract-socket scopes); no gap. The next command of the episode has the same uid."""
     result = run(shell, "id -u; pwd; ls")
-    assert result.returncode == 0 and result.head.split()[0] == "65534"
+    uid = int(result.head.split()[0])
+    assert result.returncode == 0 and uid != 0
+    assert uid in TREE_UIDS if os.geteuid() == 0 else uid == os.geteuid()
+    assert run(shell, "id -u").head.split()[0] == str(uid)
     assert result.head.split()[1] == f"{shell.root}/home"
     for measure in ("pid-namespace", "mount-namespace", "net-namespace", "caps-dropped", "seccomp", "landlock-net",
                     "landlock-scope-signal", "private-tmp"):

@@ -96,3 +96,6 @@ def test_a_tree_s_own_uid_is_drawn_apart_from_any_user_s():
         assert drawn == {None}
         return
     assert len(drawn) > 60 and all(2_000_000_000 <= uid < 2_000_000_000 + 2**24 for uid in drawn)
+    episode = own_uid("/runs/episode-1")  # an agent's shell: every command of an episode as one uid, its files its own
+    assert episode == own_uid("/runs/episode-1") != own_uid("/runs/episode-2")
+    assert 2_000_000_000 <= episode < 2_000_000_000 + 2**24
