@@ -160,3 +160,14 @@ def test_stress_checks_every_back_to_back_call(local_sandbox):
     ).replace("@torch.no_grad()", "CALLS = []\n\n\n@torch.no_grad()")
     report = evaluate_in(local_sandbox, drifting, config(4, stress_calls=60))
     assert report.status == "wrong" and report.stage == "stress"
+
+
+def test_more_trials_than_a_message_carries_descriptors_are_judged_in_rounds(local_sandbox):
+    """A round's inputs, blobs and sealed copies travel in one message each, of at most 64
+    descriptors: 70 trials crashed the harness ("70 file descriptors in one message"). Now the
+    trials run in rounds of at most 16, every one checked, and a wrong one is still found."""
+    report = evaluate_in(local_sandbox, source("all_reduce_gather_sum"), config(2, trials=70))
+    assert report.status == "correct", report.message
+    assert "over 7" in report.message
+    report = evaluate_in(local_sandbox, source("all_reduce_stale"), config(2, trials=70))
+    assert report.status == "wrong" and report.mismatch.trial >= 1, report.message
