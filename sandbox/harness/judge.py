@@ -38,7 +38,7 @@ def judge(calls: list[Call], revealed: list[list[Revealed]], committed: list[lis
                               "to when the call ended (outputs computed or changed after the timer stopped)")
             if held.sealed is not None and not matches_sealed(held.sealed, [*shown.outputs, *shown.inputs]):
                 raise Verdict("rejected", f"rank {rank}: the outputs it showed for call {call.label} are not the copy it sealed "
-                              "when the call ended (bytes it did not hold then: made for it by another rank, or after the call)")
+                              "when the call ended (bytes that did not exist then: made when it was asked to show them)")
             expected = call.expected[rank]
             mismatch = _check_call(expected, shown, spec, device, rank, call.label, world)
             if mismatch is None and position == len(calls) - 1:
