@@ -1,5 +1,8 @@
 """A small seccomp filter: no new namespaces, no mounts, no kernel keyrings, modules, BPF,
-io_uring, userfaultfd or clone(CLONE_PARENT) for the jailed tree (x86_64 and aarch64; elsewhere it is left out).
+io_uring, Linux AIO, userfaultfd or clone(CLONE_PARENT) for the jailed tree (x86_64 and aarch64;
+elsewhere it is left out). AIO contexts come from one pool of the host's (fs/aio-max-nr, 65536
+events), which a tree's 256 io_setup calls took whole: every other tree and root got EAGAIN
+(tests/sandbox/jail/test_jail_hostile.py).
 
 Everything else is allowed: this is attack-surface reduction under Landlock, not the
 boundary itself. ``clone3`` answers ENOSYS (its flags live in memory a filter cannot read),
@@ -19,13 +22,15 @@ _ARCHES = {  # machine -> (AUDIT_ARCH, x32 bit or 0, {name: number})
         unshare=272, setns=308, mount=165, umount2=166, pivot_root=155, chroot=161, move_mount=429, open_tree=428,
         fsopen=430, fsconfig=431, fsmount=432, fspick=433, mount_setattr=442, kexec_load=246, kexec_file_load=320,
         init_module=175, finit_module=313, delete_module=176, bpf=321, keyctl=250, add_key=248, request_key=249,
-        userfaultfd=323, io_uring_setup=425, io_uring_enter=426, io_uring_register=427, swapon=167, swapoff=168,
+        userfaultfd=323, io_uring_setup=425, io_uring_enter=426, io_uring_register=427, io_setup=206, io_destroy=207,
+        io_getevents=208, io_submit=209, io_cancel=210, io_pgetevents=333, swapon=167, swapoff=168,
         reboot=169, syslog=103, acct=163, open_by_handle_at=304, clone=56, clone3=435)),
     "aarch64": (0xC00000B7, 0, dict(
         unshare=97, setns=268, mount=40, umount2=39, pivot_root=41, chroot=51, move_mount=429, open_tree=428,
         fsopen=430, fsconfig=431, fsmount=432, fspick=433, mount_setattr=442, kexec_load=104, kexec_file_load=294,
         init_module=105, finit_module=273, delete_module=106, bpf=280, keyctl=219, add_key=217, request_key=218,
-        userfaultfd=282, io_uring_setup=425, io_uring_enter=426, io_uring_register=427, swapon=224, swapoff=225,
+        userfaultfd=282, io_uring_setup=425, io_uring_enter=426, io_uring_register=427, io_setup=0, io_destroy=1,
+        io_submit=2, io_cancel=3, io_getevents=4, io_pgetevents=292, swapon=224, swapoff=225,
         reboot=142, syslog=116, acct=89, open_by_handle_at=265, clone=220, clone3=435)),
 }
 # clone(): any CLONE_NEW* flag, and CLONE_PARENT (a child handed to the jail's own parent

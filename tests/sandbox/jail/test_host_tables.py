@@ -1,0 +1,58 @@
+"""Host-wide kernel tables a jailed tree must not take from every other tree and from root, which
+a uid of its own (test_tree_uid.py) does not separate: the Linux AIO context pool
+(fs/aio-max-nr, 65536 events on the host) went whole to 256 io_setup calls of one tree, and
+another tree and root then got EAGAIN. The jail's seccomp filter refuses Linux AIO."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from sandbox.jail import Jail, JailSpec, own_uid
+from sandbox.jail.seccomp import _ARCHES
+
+SYSCALLS = _ARCHES[platform.machine()][2]
+IO_SETUP, IO_DESTROY = SYSCALLS["io_setup"], SYSCALLS["io_destroy"]
+AIO_HOG = textwrap.dedent(f"""
+    import ctypes, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    made, error = 0, 0
+    while made < 100_000:
+        ctx = ctypes.c_ulong(0)
+        if libc.syscall({IO_SETUP}, 256, ctypes.byref(ctx)) != 0:
+            error = ctypes.get_errno()
+            break
+        made += 1
+    open("made", "w").write(f"{{made}} {{error}}")
+    time.sleep(60)
+""")
+
+
+def _io_setup_here() -> int:
+    """0, or the errno of one io_setup of a single event in this process (root, outside any jail)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctx = ctypes.c_ulong(0)
+    if libc.syscall(IO_SETUP, 1, ctypes.byref(ctx)) != 0:
+        return ctypes.get_errno()
+    libc.syscall(IO_DESTROY, ctx)
+    return 0
+
+
+def test_a_tree_cannot_take_the_host_s_aio_pool(tmp_path: Path):
+    folder = tmp_path / "hog"
+    folder.mkdir()
+    (folder / "main.py").write_text(AIO_HOG)
+    with Jail.start(JailSpec(workdir=str(folder), uid=own_uid()), [sys.executable, "main.py"]) as hog:
+        deadline = time.monotonic() + 60
+        while not (folder / "made").exists():
+            assert time.monotonic() < deadline and hog.poll() is None, "the hog never reported"
+            time.sleep(0.1)
+        made, error = (int(v) for v in (folder / "made").read_text().split())
+        here = _io_setup_here()
+    assert (made, error) == (0, errno.EPERM), (made, error)  # refused by the filter, not by an empty pool
+    assert here == 0, errno.errorcode.get(here, here)
