@@ -12,8 +12,11 @@ instead of the host running out of memory. Processes the candidate started that 
 
 What is counted is resident memory (RSS): the rank's own pages and those of files it maps,
 shared libraries included (a few hundred MiB for torch), so the limit is meant to be generous
-(``HarnessConfig.rank_memory_gib``); plus the memory files (memfd) its processes hold open, which
-need not be resident in any process (a mapped one may count twice). Files a rank writes to the
+(``HarnessConfig.rank_memory_gib``); its page tables (VmPTE: 640 GiB of the zero page mapped
+read-only took 1.25 GiB of them with 14 MiB resident); plus the memory files (memfd) its
+processes hold open, which need not be resident in any process (a mapped one may count twice). A
+group whose processes hold more than MAX_DESCRIPTORS descriptors between them is stopped: reading
+them is the watch's own cost, and it was made to take minutes. Files a rank writes to the
 jail's private /tmp or /dev/shm are bounded by their tmpfs size (sandbox/jail/spec.py). Not seen:
 memory held where no process of the tree names it (a descriptor in flight on a socket, SysV
 shared memory in the jail's IPC namespace); a memory cgroup per group would bound those too.
@@ -47,6 +50,10 @@ log = structlog.get_logger(__name__)
 
 POLL_S = 0.1
 RESCAN_S = 1.0
+# descriptors read in one scan of a group's processes: 400 processes sharing 20,000 descriptors each (one eventfd dup'd
+# into every slot: a single kernel file) had each scan read 8 million, the watch's thread busy for minutes with no memory
+# check in between while the ranks held 3 GiB over their 1 GiB limit (a red-team round, 2026-12-07)
+MAX_DESCRIPTORS = 200_000
 RANK_MARKER = "sandbox.rank"  # in the command line of the candidate's zygote, and so of every rank it forks
 GIB = 2**30
 
@@ -103,7 +110,8 @@ class MemoryWatch:
             elapsed += POLL_S
             try:
                 if elapsed - scanned >= RESCAN_S:
-                    self._scan()
+                    if self._scan():
+                        return
                     scanned = elapsed
                     if self.check_workdir():
                         return
@@ -113,30 +121,37 @@ class MemoryWatch:
                 log.warning("memory watch failed", error=f"{type(error).__name__}: {error}")
                 return
 
-    def _scan(self) -> None:
-        """Find the ranks (the zygote's children, in the order it forked them) and what each forked."""
+    def _scan(self) -> bool:
+        """Find the ranks (the zygote's children, in the order it forked them) and what each forked,
+        and the memory files they hold; whether the group was stopped for its descriptors."""
         everyone = descendants(self.root_pid)
         if not everyone:
-            return
+            return False
         if len(self._ranks) < self.world:
             zygote = next((p for p in everyone if _is_rank_process(p) and not _is_rank_process(_parent(p))), None)
             if zygote is None:
-                return
+                return False
             try:
                 ranks = sorted(children(zygote.pid), key=lambda p: (p.create_time(), p.pid))
             except psutil.Error:
-                return
+                return False
             if len(ranks) < self.world:
-                return
+                return False
             self._ranks = ranks[:self.world]
         trees = []
         for rank in self._ranks:
             trees.append([rank, *descendants(rank.pid)] if rank.is_running() else [])
         self._trees = trees
-        self._held = [_held_files(tree) for tree in trees]
         counted = {p.pid for tree in trees for p in tree} | _ancestors(self._ranks)  # the jail's own processes, the zygote
         self._strays = [p for p in everyone if p.pid not in counted]
-        self._strays_held = _held_files(self._strays)
+        budget = [MAX_DESCRIPTORS]
+        try:
+            self._held = [_held_files(tree, budget) for tree in trees]
+            self._strays_held = _held_files(self._strays, budget)
+        except TooManyDescriptors as error:
+            self._exceeded_descriptors(everyone, str(error))
+            return True
+        return False
 
     def _check(self) -> bool:
         for rank, tree in enumerate(self._trees):
@@ -161,7 +176,11 @@ class MemoryWatch:
         everyone = descendants(self.root_pid)  # found now: the last scan may be older than what was written since
         used, entries = folder_usage.folder_bytes(folder)
         if entries <= folder_usage.MAX_ENTRIES:
-            used += _deleted_files_held(everyone, folder)
+            try:
+                used += _deleted_files_held(everyone, folder)
+            except TooManyDescriptors as error:
+                self._exceeded_descriptors(everyone, str(error))
+                return True
             if used <= limit:
                 return False
             what = f"more than {limit / GIB:g} GiB to its work folder ({used / GIB:.2f} GiB"
@@ -178,6 +197,16 @@ class MemoryWatch:
                 pass
         return True
 
+    def _exceeded_descriptors(self, everyone: list[psutil.Process], why: str) -> None:
+        log.info("candidate over its descriptor limit", why=why)
+        self.on_exceeded(f"the candidate's processes {why} when the harness stopped them (a group may hold at most "
+                         f"{MAX_DESCRIPTORS} between its processes)")
+        for process in everyone:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+
     def _exceeded(self, who: str, tree: list[psutil.Process], used: int) -> None:
         message = (f"{who} used more than {self.limit_bytes / GIB:g} GiB of host memory ({used / GIB:.2f} GiB resident when "
                    "the harness stopped it; the limit per rank is rank_memory_gib in the harness config)")
@@ -190,26 +219,45 @@ class MemoryWatch:
                 pass
 
 
+class TooManyDescriptors(Exception):
+    """A group's processes hold more descriptors than one scan reads (MAX_DESCRIPTORS)."""
+
+
 def _resident(processes: list[psutil.Process]) -> int:
+    """Resident memory and page tables of ``processes`` (VmRSS and VmPTE of /proc/PID/status), in bytes."""
     total = 0
     for process in processes:
         try:
-            total += process.memory_info().rss
-        except psutil.Error:
+            with open(f"/proc/{process.pid}/status", "rb") as handle:
+                text = handle.read()
+        except OSError:
             continue
+        for line in text.splitlines():
+            if line.startswith((b"VmRSS:", b"VmPTE:")):
+                fields = line.split()
+                if len(fields) >= 2 and fields[1].isdigit():
+                    total += int(fields[1]) * 1024
     return total
 
 
-def _held_files(processes: list[psutil.Process]) -> int:
+def _descriptors(pid: int, budget: list[int]) -> list[str]:
+    """The names in /proc/PID/fd, taken off ``budget[0]``; TooManyDescriptors past it."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    budget[0] -= len(names)
+    if budget[0] < 0:
+        raise TooManyDescriptors(f"held more than {MAX_DESCRIPTORS} descriptors")
+    return names
+
+
+def _held_files(processes: list[psutil.Process], budget: list[int]) -> int:
     """Bytes of the memory files (memfd) that ``processes`` hold open, each file once."""
     seen, total = set(), 0
     for process in processes:
         folder = f"/proc/{process.pid}/fd"
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
+        for name in _descriptors(process.pid, budget):
             path = f"{folder}/{name}"
             try:
                 if not os.readlink(path).startswith("/memfd:"):
@@ -229,14 +277,10 @@ def _deleted_files_held(processes: list[psutil.Process], folder: str) -> int:
         device = os.stat(folder).st_dev
     except OSError:
         return 0
-    seen, total = set(), 0
+    seen, total, budget = set(), 0, [MAX_DESCRIPTORS]
     for process in processes:
         fds = f"/proc/{process.pid}/fd"
-        try:
-            names = os.listdir(fds)
-        except OSError:
-            continue
-        for name in names:
+        for name in _descriptors(process.pid, budget):
             path = f"{fds}/{name}"
             try:
                 if not os.readlink(path).endswith(" (deleted)"):
