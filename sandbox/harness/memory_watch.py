@@ -14,12 +14,13 @@ What is counted is resident memory (RSS): the rank's own pages and those of file
 shared libraries included (a few hundred MiB for torch), so the limit is meant to be generous
 (``HarnessConfig.rank_memory_gib``); its page tables (VmPTE: 640 GiB of the zero page mapped
 read-only took 1.25 GiB of them with 14 MiB resident); plus the memory files (memfd) its
-processes hold open, which need not be resident in any process (a mapped one may count twice). A
-group whose processes hold more than MAX_DESCRIPTORS descriptors between them is stopped: reading
-them is the watch's own cost, and it was made to take minutes. Files a rank writes to the
-jail's private /tmp or /dev/shm are bounded by their tmpfs size (sandbox/jail/spec.py). Not seen:
-memory held where no process of the tree names it (a descriptor in flight on a socket, SysV
-shared memory in the jail's IPC namespace); a memory cgroup per group would bound those too.
+processes hold open or map (through /proc/PID/map_files: as root), which need not be resident in
+any process (a mapped one may count twice). A group whose processes hold more than
+MAX_DESCRIPTORS descriptors and mappings between them is stopped: reading them is the watch's own
+cost, and it was made to take minutes. Files a rank writes to the jail's private /tmp or /dev/shm
+are bounded by their tmpfs size (sandbox/jail/spec.py). Not seen: memory held where no process of
+the tree names it (socket and pipe buffers, a descriptor in flight on a socket, SysV shared memory
+in the jail's IPC namespace); a memory cgroup per group would bound those too.
 
 The group's work folder, the one host folder it may write, has no such bound of its own (a file
 may be 16 GiB, and there may be any number of them: the host's disk, or its memory where the
@@ -53,7 +54,7 @@ RESCAN_S = 1.0
 # descriptors read in one scan of a group's processes: 400 processes sharing 20,000 descriptors each (one eventfd dup'd
 # into every slot: a single kernel file) had each scan read 8 million, the watch's thread busy for minutes with no memory
 # check in between while the ranks held 3 GiB over their 1 GiB limit (a red-team round, 2026-12-07)
-MAX_DESCRIPTORS = 200_000
+MAX_DESCRIPTORS = 200_000  # and lines of /proc/PID/maps: a rank of torch on a GPU maps a few thousand
 RANK_MARKER = "sandbox.rank"  # in the command line of the candidate's zygote, and so of every rank it forks
 GIB = 2**30
 
@@ -253,15 +254,16 @@ def _descriptors(pid: int, budget: list[int]) -> list[str]:
 
 
 def _held_files(processes: list[psutil.Process], budget: list[int]) -> int:
-    """Bytes of the memory files (memfd) that ``processes`` hold open, each file once."""
+    """Bytes of the memory files (memfd) that ``processes`` hold open or map, each file once: a
+    64 MiB file kept alive by a one-page mapping, its descriptor closed, counted 4 KiB of it
+    (a red-team rank held 1.5 GiB so)."""
     seen, total = set(), 0
     for process in processes:
         folder = f"/proc/{process.pid}/fd"
-        for name in _descriptors(process.pid, budget):
-            path = f"{folder}/{name}"
+        paths = [f"{folder}/{name}" for name in _descriptors(process.pid, budget) if _is_memfd(f"{folder}/{name}")]
+        paths += _mapped_memory_files(process.pid, budget)
+        for path in paths:
             try:
-                if not os.readlink(path).startswith("/memfd:"):
-                    continue
                 found = os.stat(path)
             except OSError:
                 continue
@@ -269,6 +271,31 @@ def _held_files(processes: list[psutil.Process], budget: list[int]) -> int:
                 seen.add((found.st_dev, found.st_ino))
                 total += found.st_blocks * 512
     return total
+
+
+def _is_memfd(path: str) -> bool:
+    try:
+        return os.readlink(path).startswith("/memfd:")
+    except OSError:
+        return False
+
+
+def _mapped_memory_files(pid: int, budget: list[int]) -> list[str]:
+    """/proc/PID/map_files entries of the memory files ``pid`` maps, its maps' lines taken off ``budget[0]``."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:  # bytes: a file's name is the candidate's to choose
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    budget[0] -= len(lines)
+    if budget[0] < 0:
+        raise TooManyDescriptors(f"held more than {MAX_DESCRIPTORS} descriptors and mappings")
+    found = []
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith(b"/memfd:"):
+            found.append(f"/proc/{pid}/map_files/{fields[0].decode('ascii', 'replace')}")
+    return found
 
 
 def _deleted_files_held(processes: list[psutil.Process], folder: str) -> int:

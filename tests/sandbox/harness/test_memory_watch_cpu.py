@@ -65,6 +65,21 @@ def hoard_in_a_memory_file():  # 1.25 GiB written to a memfd never mapped: resid
     time.sleep(30)
 
 
+def hoard_in_a_mapped_memory_file():  # 1.25 GiB in memfds, each kept by a one-page mapping, its descriptor closed
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    chunk = b"z" * (32 * 2**20)
+    for _ in range(40):
+        fd = os.memfd_create("hoard")
+        os.write(fd, chunk)
+        libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        os.close(fd)
+    time.sleep(30)
+
+
 def hoard_page_tables():  # the zero page mapped read-only over 96 GiB: ~190 MiB of page tables, hardly any resident memory
     import ctypes
     import mmap
@@ -91,6 +106,8 @@ if sys.argv[1] == "direct":
     hoard()
 elif sys.argv[1] == "memfd":
     hoard_in_a_memory_file()
+elif sys.argv[1] == "mapped_memfd":
+    hoard_in_a_mapped_memory_file()
 elif sys.argv[1] == "page_tables":
     hoard_page_tables()
 elif sys.argv[1] == "descriptors":
@@ -120,11 +137,12 @@ def _resident(process: psutil.Process) -> int:
         return 0
 
 
-@pytest.mark.parametrize("how", ["direct", "memfd", "fork", "page_tables", "descriptors"])
+@pytest.mark.parametrize("how", ["direct", "memfd", "mapped_memfd", "fork", "page_tables", "descriptors"])
 def test_the_watch_stops_a_tree_over_the_limit(how, tmp_path, monkeypatch):
     """The watch on a plain process tree shaped as a jail's: root -> zygote (``-m sandbox.rank``)
-    -> one rank, whose memory is its own, in a memory file it holds, that of a process that left
-    it, or its page tables (a red-team round held 1.25 GiB of them unseen); or whose processes
+    -> one rank, whose memory is its own, in a memory file it holds (or maps a page of, its
+    descriptor closed), that of a process that left it, or its page tables (a red-team round held
+    1.25 GiB of them unseen); or whose processes
     hold more descriptors than a scan reads (8 million of them kept the watch reading for minutes)."""
     from sandbox.harness import memory_watch
 
