@@ -145,10 +145,10 @@ class MemoryWatch:
         self._trees = trees
         counted = {p.pid for tree in trees for p in tree} | _ancestors(self._ranks)  # the jail's own processes, the zygote
         self._strays = [p for p in everyone if p.pid not in counted]
-        budget = [MAX_DESCRIPTORS]
+        budget, parents = [MAX_DESCRIPTORS], _own_memory_files()
         try:
-            self._held = [_held_files(tree, budget) for tree in trees]
-            self._strays_held = _held_files(self._strays, budget)
+            self._held = [_held_files(tree, budget, parents) for tree in trees]
+            self._strays_held = _held_files(self._strays, budget, parents)
         except TooManyDescriptors as error:
             self._exceeded_descriptors(everyone, str(error))
             return True
@@ -253,11 +253,12 @@ def _descriptors(pid: int, budget: list[int]) -> list[str]:
     return names
 
 
-def _held_files(processes: list[psutil.Process], budget: list[int]) -> int:
-    """Bytes of the memory files (memfd) that ``processes`` hold open or map, each file once: a
-    64 MiB file kept alive by a one-page mapping, its descriptor closed, counted 4 KiB of it
-    (a red-team rank held 1.5 GiB so)."""
-    seen, total = set(), 0
+def _held_files(processes: list[psutil.Process], budget: list[int], parents: set[tuple[int, int]] = frozenset()) -> int:
+    """Bytes of the memory files (memfd) that ``processes`` hold open or map, each file once, but
+    for ``parents``, the parent's own (a round's staged inputs, which a CPU rank maps): a 64 MiB
+    file kept alive by a one-page mapping, its descriptor closed, counted 4 KiB of it (a red-team
+    rank held 1.5 GiB so)."""
+    seen, total = set(parents), 0
     for process in processes:
         folder = f"/proc/{process.pid}/fd"
         paths = [f"{folder}/{name}" for name in _descriptors(process.pid, budget) if _is_memfd(f"{folder}/{name}")]
@@ -271,6 +272,24 @@ def _held_files(processes: list[psutil.Process], budget: list[int]) -> int:
                 seen.add((found.st_dev, found.st_ino))
                 total += found.st_blocks * 512
     return total
+
+
+def _own_memory_files() -> set[tuple[int, int]]:
+    """(device, inode) of the memory files this process (the parent) holds open."""
+    found = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        path = f"/proc/self/fd/{name}"
+        if _is_memfd(path):
+            try:
+                held = os.stat(path)
+            except OSError:
+                continue
+            found.add((held.st_dev, held.st_ino))
+    return found
 
 
 def _is_memfd(path: str) -> bool:

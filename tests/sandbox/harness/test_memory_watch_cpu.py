@@ -5,6 +5,7 @@ through every stage)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -80,6 +81,14 @@ def hoard_in_a_mapped_memory_file():  # 1.25 GiB in memfds, each kept by a one-p
     time.sleep(30)
 
 
+def map_the_parents_file():  # a page of a memory file the parent holds (argv: its /proc path), as a CPU rank maps its inputs
+    import mmap
+    fd = os.open(sys.argv[2], os.O_RDONLY)
+    kept = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+    os.close(fd)
+    time.sleep(30)
+
+
 def hoard_page_tables():  # the zero page mapped read-only over 96 GiB: ~190 MiB of page tables, hardly any resident memory
     import ctypes
     import mmap
@@ -108,6 +117,8 @@ elif sys.argv[1] == "memfd":
     hoard_in_a_memory_file()
 elif sys.argv[1] == "mapped_memfd":
     hoard_in_a_mapped_memory_file()
+elif sys.argv[1] == "parents_file":
+    map_the_parents_file()
 elif sys.argv[1] == "page_tables":
     hoard_page_tables()
 elif sys.argv[1] == "descriptors":
@@ -175,6 +186,38 @@ def test_the_watch_stops_a_tree_over_the_limit(how, tmp_path, monkeypatch):
                 pass
         root.kill()
         root.wait()
+
+
+def test_a_memory_file_the_parent_holds_is_not_the_rank_s(tmp_path):
+    """The control of ``mapped_memfd``: a CPU rank maps its staged inputs, memory files the parent
+    made and holds; a rank that maps a page of 768 MiB of them is not stopped at 512 MiB."""
+    held = os.memfd_create("kloop-staged")
+    os.ftruncate(held, 768 * 2**20)
+    os.posix_fallocate(held, 0, 768 * 2**20)
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "sandbox" / "__init__.py").write_text("")
+    (tmp_path / "sandbox" / "rank.py").write_text(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {CHILD!r}, 'parents_file', '/proc/{os.getpid()}/fd/{held}'])\n")
+    root = subprocess.Popen([sys.executable, "-c", ROOT, str(tmp_path)], start_new_session=True)
+    said: list[str] = []
+    watch = MemoryWatch(root.pid, 1, 512 * 2**20, said.append).start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any("parents_file" in " ".join(p.cmdline())
+                                                      for p in psutil.Process(root.pid).children(recursive=True)):
+            time.sleep(0.1)
+        time.sleep(3)  # three scans
+        assert said == []
+    finally:
+        watch.stop()
+        for process in psutil.Process(root.pid).children(recursive=True):
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        root.kill()
+        root.wait()
+        os.close(held)
 
 
 WRITER = """
