@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import platform
 import sys
 import textwrap
@@ -56,3 +57,35 @@ def test_a_tree_cannot_take_the_host_s_aio_pool(tmp_path: Path):
         here = _io_setup_here()
     assert (made, error) == (0, errno.EPERM), (made, error)  # refused by the filter, not by an empty pool
     assert here == 0, errno.errorcode.get(here, here)
+
+
+OOM_PROBE = textwrap.dedent("""
+    import os
+    start = open("/proc/self/oom_score_adj").read().strip()
+    try:
+        open("/proc/self/oom_score_adj", "w").write("0")
+        lowered = "lowered"
+    except OSError as error:
+        lowered = f"refused ({error.errno})"
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if open("/proc/self/oom_score_adj").read().strip() == "1000" else 1)
+    _, status = os.waitpid(child, 0)
+    open("said", "w").write(f"{start} {lowered} {os.waitstatus_to_exitcode(status)}")
+""")
+
+
+def test_a_tree_is_first_for_the_oom_killer_and_cannot_step_back(tmp_path: Path):
+    """Memory the parent's watch cannot see (socket buffers, SysV segments) would have the kernel's
+    OOM killer choose by resident memory: the harness or a reference as likely as the tree. Every
+    process of a tree starts at oom_score_adj 1000, and under root cannot lower it."""
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    (folder / "main.py").write_text(OOM_PROBE)
+    with Jail.start(JailSpec(workdir=str(folder), uid=own_uid()), [sys.executable, "main.py"]) as jail:
+        assert jail.wait(60) == 0
+        assert "oom-first" in jail.measures
+    said = (folder / "said").read_text()
+    assert said.startswith("1000 ") and said.endswith(" 0"), said
+    if os.geteuid() == 0:
+        assert "refused" in said, said
