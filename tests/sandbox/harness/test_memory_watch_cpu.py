@@ -5,6 +5,7 @@ through every stage)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -138,6 +139,27 @@ subprocess.run([sys.executable, "-m", "sandbox.rank"], cwd=sys.argv[1])
 """
 
 
+@contextlib.contextmanager
+def _rank_tree(tmp_path, script: str, *args: str):
+    """A plain process tree shaped as a jail's, root -> zygote (``-m sandbox.rank``) -> one rank
+    running ``script`` with ``args``; yields the root's process, and ends the whole tree after."""
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "sandbox" / "__init__.py").write_text("")
+    (tmp_path / "sandbox" / "rank.py").write_text(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {script!r}, *{list(args)!r}])\n")
+    root = subprocess.Popen([sys.executable, "-c", ROOT, str(tmp_path)], start_new_session=True)
+    try:
+        yield root
+    finally:
+        for process in psutil.Process(root.pid).children(recursive=True):
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        root.kill()
+        root.wait()
+
+
 def _resident(process: psutil.Process) -> int:
     """Resident memory and page tables, or as many descriptors as bytes: what each case holds."""
     try:
@@ -150,42 +172,30 @@ def _resident(process: psutil.Process) -> int:
 
 @pytest.mark.parametrize("how", ["direct", "memfd", "mapped_memfd", "fork", "page_tables", "descriptors"])
 def test_the_watch_stops_a_tree_over_the_limit(how, tmp_path, monkeypatch):
-    """The watch on a plain process tree shaped as a jail's: root -> zygote (``-m sandbox.rank``)
-    -> one rank, whose memory is its own, in a memory file it holds (or maps a page of, its
-    descriptor closed), that of a process that left it, or its page tables (a red-team round held
-    1.25 GiB of them unseen); or whose processes
-    hold more descriptors than a scan reads (8 million of them kept the watch reading for minutes)."""
+    """The watch on a rank tree (``_rank_tree``) whose memory is its own, in a memory file it holds
+    (or maps a page of, its descriptor closed), that of a process that left it, or its page tables
+    (a red-team round held 1.25 GiB of them unseen); or whose processes hold more descriptors than
+    a scan reads (8 million of them kept the watch reading for minutes)."""
     from sandbox.harness import memory_watch
 
     monkeypatch.setattr(memory_watch, "MAX_DESCRIPTORS", 20_000)
     limit = 128 * 2**20 if how == "page_tables" else 512 * 2**20
-    (tmp_path / "sandbox").mkdir()
-    (tmp_path / "sandbox" / "__init__.py").write_text("")
-    (tmp_path / "sandbox" / "rank.py").write_text(
-        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {CHILD!r}, {how!r}])\n")
-    root = subprocess.Popen([sys.executable, "-c", ROOT, str(tmp_path)], start_new_session=True)
     said: list[str] = []
     done = threading.Event()
-    watch = MemoryWatch(root.pid, 1, limit, lambda message: (said.append(message), done.set())).start()
-    try:
-        assert done.wait(30), "the watch never stopped the tree"
-        if how == "descriptors":
-            assert said[0].startswith("the candidate's processes held more than 20000 descriptors"), said
-        else:
-            who = "processes the candidate started outside its ranks" if how == "fork" else "rank 0"
-            assert said[0].startswith(f"{who} used more than {limit / 2**30:g} GiB of host memory"), said
-        time.sleep(0.5)
-        holders = [p for p in psutil.Process(root.pid).children(recursive=True) if _resident(p) > 64 * 2**20]
-        assert not holders, holders
-    finally:
-        watch.stop()
-        for process in psutil.Process(root.pid).children(recursive=True):
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
-        root.kill()
-        root.wait()
+    with _rank_tree(tmp_path, CHILD, how) as root:
+        watch = MemoryWatch(root.pid, 1, limit, lambda message: (said.append(message), done.set())).start()
+        try:
+            assert done.wait(30), "the watch never stopped the tree"
+            if how == "descriptors":
+                assert said[0].startswith("the candidate's processes held more than 20000 descriptors"), said
+            else:
+                who = "processes the candidate started outside its ranks" if how == "fork" else "rank 0"
+                assert said[0].startswith(f"{who} used more than {limit / 2**30:g} GiB of host memory"), said
+            time.sleep(0.5)
+            holders = [p for p in psutil.Process(root.pid).children(recursive=True) if _resident(p) > 64 * 2**20]
+            assert not holders, holders
+        finally:
+            watch.stop()
 
 
 def test_a_memory_file_the_parent_holds_is_not_the_rank_s(tmp_path):
@@ -194,29 +204,20 @@ def test_a_memory_file_the_parent_holds_is_not_the_rank_s(tmp_path):
     held = os.memfd_create("kloop-staged")
     os.ftruncate(held, 768 * 2**20)
     os.posix_fallocate(held, 0, 768 * 2**20)
-    (tmp_path / "sandbox").mkdir()
-    (tmp_path / "sandbox" / "__init__.py").write_text("")
-    (tmp_path / "sandbox" / "rank.py").write_text(
-        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {CHILD!r}, 'parents_file', '/proc/{os.getpid()}/fd/{held}'])\n")
-    root = subprocess.Popen([sys.executable, "-c", ROOT, str(tmp_path)], start_new_session=True)
     said: list[str] = []
-    watch = MemoryWatch(root.pid, 1, 512 * 2**20, said.append).start()
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not any("parents_file" in " ".join(p.cmdline())
-                                                      for p in psutil.Process(root.pid).children(recursive=True)):
-            time.sleep(0.1)
-        time.sleep(3)  # three scans
-        assert said == []
-    finally:
-        watch.stop()
-        for process in psutil.Process(root.pid).children(recursive=True):
+        with _rank_tree(tmp_path, CHILD, "parents_file", f"/proc/{os.getpid()}/fd/{held}") as root:
+            watch = MemoryWatch(root.pid, 1, 512 * 2**20, said.append).start()
             try:
-                process.kill()
-            except psutil.Error:
-                pass
-        root.kill()
-        root.wait()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and not any("parents_file" in " ".join(p.cmdline())
+                                                              for p in psutil.Process(root.pid).children(recursive=True)):
+                    time.sleep(0.1)
+                time.sleep(3)  # three scans
+                assert said == []
+            finally:
+                watch.stop()
+    finally:
         os.close(held)
 
 
@@ -237,31 +238,20 @@ time.sleep(30)
 def test_the_watch_adds_up_the_work_folder_and_the_deleted_files_held_open(hidden_mib, stopped, tmp_path):
     """A rank's visible files under the limit, and as much again in a file it deleted and holds
     open: the group is stopped, with a message that says why; the control holds less."""
-    (tmp_path / "sandbox").mkdir()
-    (tmp_path / "sandbox" / "__init__.py").write_text("")
-    (tmp_path / "sandbox" / "rank.py").write_text(
-        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {WRITER!r}, {str(hidden_mib)!r}])\n")
-    root = subprocess.Popen([sys.executable, "-c", ROOT, str(tmp_path)], start_new_session=True)
     said: list[str] = []
     done = threading.Event()
-    watch = MemoryWatch(root.pid, 1, 8 * 2**30, lambda message: (said.append(message), done.set()),
-                        workdir=(str(tmp_path), 160 * 2**20)).start()
-    try:
-        assert done.wait(8) is stopped, said
-        if stopped:
-            assert said[0].startswith("the candidate's processes wrote more than 0.15625 GiB to its work folder"), said
-            assert "workdir_gib" in said[0]
-            time.sleep(0.5)
-            assert not [p for p in psutil.Process(root.pid).children(recursive=True) if "time.sleep" in " ".join(p.cmdline())]
-    finally:
-        watch.stop()
-        for process in psutil.Process(root.pid).children(recursive=True):
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
-        root.kill()
-        root.wait()
+    with _rank_tree(tmp_path, WRITER, str(hidden_mib)) as root:
+        watch = MemoryWatch(root.pid, 1, 8 * 2**30, lambda message: (said.append(message), done.set()),
+                            workdir=(str(tmp_path), 160 * 2**20)).start()
+        try:
+            assert done.wait(8) is stopped, said
+            if stopped:
+                assert said[0].startswith("the candidate's processes wrote more than 0.15625 GiB to its work folder"), said
+                assert "workdir_gib" in said[0]
+                time.sleep(0.5)
+                assert not [p for p in psutil.Process(root.pid).children(recursive=True) if "time.sleep" in " ".join(p.cmdline())]
+        finally:
+            watch.stop()
 
 
 def test_a_work_folder_of_too_many_entries_counts_as_full(tmp_path, monkeypatch):
