@@ -56,7 +56,10 @@ from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary,
 log = structlog.get_logger(__name__)
 
 ROUND_BYTES = 2 * 2**30  # a round's inputs, per rank, at most (each call has its own)
-TIMED_BYTES = 2**30  # all timed calls' inputs, per rank and group: large calls are timed fewer times (MIN_ROUNDS at least)
+# all timed calls' inputs, per rank and group: large calls are timed fewer times (MIN_ROUNDS at least). At 1 GiB a call of
+# 64 MiB was timed 16 times, and over 5 jobs on an H100 on 2026-12-07 its reference's median (launch behind the gate) moved
+# by 1.24x with an interquartile range of 0.01-0.03 ms on 0.05: the median of 16 calls' own noise
+TIMED_BYTES = 4 * 2**30
 MAX_ROUND_CALLS = 16
 MIN_ROUNDS = 4  # timed rounds per group at the least (the speedup's interval resamples them)
 CLOCK_ATTEMPTS = 2  # timings that must each fail the clock check before a candidate is rejected

@@ -58,8 +58,7 @@ def test_cuda_mode_times_reference_and_candidate(local_sandbox):
 def test_cuda_mode_with_the_launch_timed_as_before(local_sandbox):
     """``hide_launch=False``: calls timed from an idle GPU, their launch in the interval."""
     report = evaluate_in(local_sandbox, SYMM, config(1, "cuda", hide_launch=False, profile=False))
-    print(f"
-launch timed: {report.message}; reference alone {report.reference_alone_ms} ms, on the device "
+    print(f"\nlaunch timed: {report.message}; reference alone {report.reference_alone_ms} ms, on the device "
           f"{report.reference_device_ms} ms")
     assert report.status == "correct", report.model_dump_json(indent=1)
     assert "gate" not in report.candidate_timing.l2_policy

@@ -498,3 +498,24 @@ def test_a_call_that_measured_nothing_is_impossible_only_where_the_timer_resolve
     resolved = _roofline("hbm", bound_ms=timing.FLOOR_MS["cuda"] * timing.HBM_DATASHEET_MARGIN)
     assert "no measurable time" in timing.faster_than_hardware(0.0, resolved)
     assert timing.faster_than_hardware(tiny.bound_ms / 2, tiny)  # a measured time below the bound stays impossible
+
+
+@pytest.mark.parametrize("empty_ms", [0.01, 0.18, 2.0])
+def test_the_clock_estimate_is_net_of_the_empty_interval_as_the_claims_are(empty_ms):
+    """On a GPU with the launch behind the gate (sandbox/rank/gate.py) a claim holds the inputs'
+    unmasking and a flush, the empty interval taken off every claim (0.18 ms on an H100). The
+    clock's estimate took off the harness's unaccounted time only: an honest copy of the
+    reference's own code read 0.22x of it there, on the estimate. The reference and an honest
+    candidate of the same 0.05 ms call, each claim holding ``empty_ms`` more: the claim stands; a
+    claim of nothing is still read on the clock, at about the call."""
+    rng = random.Random(5)
+    walls = [0.05 + empty_ms + 0.8 + rng.uniform(0, 0.02) for _ in range(48)]
+    reference = _series([0.05 + empty_ms] * 48, walls, overhead=empty_ms)
+    honest = _series([0.05 + empty_ms] * 48, [w + rng.uniform(-0.005, 0.005) for w in walls], overhead=empty_ms)
+    check = timing.check_clock(honest, reference, "cuda")
+    assert abs(check.clock_estimate_ms - 0.05) < 0.02, check
+    assert timing.reported_ms(timing.statistics.median(honest.steps()), check) == (pytest.approx(0.05), None)
+    liar = _series([empty_ms] * 48, [w for r in honest.rounds for w in r.wall_ms], overhead=empty_ms)
+    lie = timing.check_clock(liar, reference, "cuda")  # within the allowance for process groups that differ...
+    reported, note = timing.reported_ms(timing.statistics.median(liar.steps()), lie)
+    assert abs(reported - 0.05) < 0.02 and "clock" in note  # ...so read on the clock's estimate: the call's own time
