@@ -57,8 +57,6 @@
 #   warm_eval                 benchmarks/warm_eval.py: `kloop eval --server` against a `kloop serve` on GPU 0, 8 warm runs (command to report)
 #   warm_eval_ab              the same, 6 warm runs, in .baseline (an older tree, carried) then in this tree
 #   stability                 benchmarks/timing_stability.py: 5 separate jobs, world 1, all_reduce symm candidate
-#   stability_launch          the same, 5 jobs with the launch behind the gate and 5 with it timed, alternating
-#   gate                      tests/sandbox/rank/test_gate_gpu.py, test_input_mask_gpu.py and the cuda-mode harness tests: the gate
 #   warm_up_ab                throughput.py (WARM_UP_COUNT evaluations, default 24) taking the settings WARM_UPS_MS and
 #                             WARMUPS in turn (defaults "2 0.5 0.5" ms and "10 10 4" calls), then stability with the
 #                             warm-up STABILITY_WARM_UPS_MS (default "2 0.5") in alternate jobs
@@ -209,11 +207,6 @@ for name in "$@"; do
       if [ "$name" = stability ]; then part "$name" 240 python3 $stability --json "$OUT/stability.json"
       else part "$name" 240 bash -c "cd .baseline && PYTHONPATH=/tmp/site:\$PWD python3 $stability"; fi
       grep -E "job|^timing|all_reduce \||clock:" "$OUT/$name.log" ;;
-    stability_launch) part "$name" 300 python3 $stability --launch hidden timed --json "$OUT/stability_launch.json"
-      grep -E "job|^timing|all_reduce \||clock:" "$OUT/$name.log" ;;
-    gate) part "$name" 300 $PYTEST tests/sandbox/rank/test_gate_gpu.py tests/sandbox/rank/test_input_mask_gpu.py \
-        tests/sandbox/harness/test_harness_gpu.py -k "gate or mask or cuda_mode"
-      grep -E "gate opened|reference alone|launch timed|Error|error" "$OUT/$name.log" | head -30 | cut -c1-400 ;;
     stability_long)
       part "$name" 420 python3 benchmarks/timing_stability.py --world 1 --problems all_gather_gemm gemm_reduce_scatter --repeats 5 \
         --json "$OUT/stability_long.json"

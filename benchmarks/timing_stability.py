@@ -4,7 +4,6 @@ interval. Goal: max/min of the speedup <= 1.10 for calls of 0.02-1 ms, <= 1.03 a
 
     python benchmarks/timing_stability.py --world 8 --repeats 5             # every oracle
     python benchmarks/timing_stability.py --world 1 --problems all_reduce --candidate tests/fixtures/candidates/all_reduce_symm.py
-    ... --launch hidden timed      # gated calls (the judge's default) against the launch timed, jobs alternating
 """
 
 from __future__ import annotations
@@ -30,9 +29,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up-ms", type=float, nargs="+", default=[None],
                         help="the L2 flush's warm-up before a timed call (HarnessConfig.warm_up_ms); several: the jobs take "
                              "them in turn, a row each (default: the judge's own)")
-    parser.add_argument("--launch", nargs="+", choices=["hidden", "timed"], default=["hidden"],
-                        help="on a GPU, each timed call's launch queued behind the judge's gate (hidden, HarnessConfig.hide_launch) "
-                             "or timed from an idle GPU; several: the jobs take them in turn, a row each")
     parser.add_argument("--json", type=Path, help="also write every job's numbers here")
     args = parser.parse_args(argv)
     rows, records = [], []
@@ -48,15 +44,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             # a setting's jobs: candidate, reference, fastest and overhead ms, speedups, intervals, machine windows, and the
             # reference's device ms (its launch hidden; None off a GPU), a list each
-            settings = [(warm_up, launch) for warm_up in args.warm_up_ms for launch in args.launch]
-            jobs = {setting: [[] for _ in range(8)] for setting in settings}
+            jobs = {warm_up: [[] for _ in range(8)] for warm_up in args.warm_up_ms}
             for job in range(args.repeats * len(jobs)):
-                warm_up, launch = settings[job % len(jobs)]
-                candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine, device_ms = jobs[warm_up, launch]
+                warm_up = args.warm_up_ms[job % len(jobs)]
+                candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine, device_ms = jobs[warm_up]
                 began = time.monotonic()
                 report = evaluate(source, problem=problem.name, world=args.world, device=args.device, size=args.size,
-                                  profile=False, allow_nccl=args.allow_nccl, hide_launch=launch == "hidden",
-                                  **({} if warm_up is None else {"warm_up_ms": warm_up}))
+                                  profile=False, allow_nccl=args.allow_nccl, **({} if warm_up is None else {"warm_up_ms": warm_up}))
                 if report.status != "correct" or report.speedup is None:  # no speedup: the judge's notes say why (a call below the timer)
                     print(f"{problem.name}: {report.status}: {report.message}; " + "; ".join(report.notes))
                     break
@@ -69,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 intervals.append(report.speedup_ci)
                 machine.append(watch.window(began, time.monotonic()))
                 ci = f" [{report.speedup_ci[0]:.3f}, {report.speedup_ci[1]:.3f}]" if report.speedup_ci else ""
-                label = f" (launch {launch}" + ("" if warm_up is None else f", warm-up {warm_up:g} ms") + ")"
+                label = "" if warm_up is None else f" (warm-up {warm_up:g} ms)"
                 print(f"{problem.name} job {len(candidate_ms)}/{args.repeats}{label}: speedup {report.speedup:.3f}{ci} over "
                       f"{report.candidate_timing.rounds} rounds ({report.candidate_timing.l2_policy}), "
                       f"candidate {candidate_ms[-1]:.4f} ms, "
@@ -81,20 +75,20 @@ def main(argv: list[str] | None = None) -> int:
                 roofline = f"{report.roofline_fraction:.0%} of the roofline; " if report.roofline_fraction else ""
                 print(f"   {roofline}clock: {clock_line(report)}", flush=True)
                 print(f"   machine: {line(machine[-1])}", flush=True)
-            for (warm_up, launch), (candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine, device_ms) in jobs.items():
+            for warm_up, (candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine, device_ms) in jobs.items():
                 if len(candidate_ms) != args.repeats:
                     continue
                 spread = max(speedups) / min(speedups)
                 goal = 1.03 if min(candidate_ms) > 1.0 else 1.10
                 setting = "default" if warm_up is None else f"{warm_up:g} ms"
-                rows.append([problem.name, setting, launch, args.repeats, min(speedups), max(speedups), spread, goal, "yes" if spread <= goal else "no",
+                rows.append([problem.name, setting, args.repeats, min(speedups), max(speedups), spread, goal, "yes" if spread <= goal else "no",
                              max(candidate_ms) / min(candidate_ms), max(reference_ms) / min(reference_ms), _spread(device_ms),
                              min(candidate_ms), min(reference_ms), f"{min(overhead_ms):.4f}-{max(overhead_ms):.4f}"])
-                records.append({"problem": problem.name, "warm_up_ms": warm_up, "launch": launch, "speedups": speedups, "intervals": intervals,
+                records.append({"problem": problem.name, "warm_up_ms": warm_up, "speedups": speedups, "intervals": intervals,
                                 "candidate_ms": candidate_ms, "reference_ms": reference_ms, "reference_device_ms": device_ms,
                                 "machine": machine, "speedup_max_over_min": spread, "goal": goal})
     print_table(f"timing stability over {args.repeats} separate jobs, world {args.world}, {args.device}",
-                ["problem", "warm-up", "launch", "jobs", "speedup min", "speedup max", "speedup max/min", "goal", "met", "cand max/min",
+                ["problem", "warm-up", "jobs", "speedup min", "speedup max", "speedup max/min", "goal", "met", "cand max/min",
                  "ref max/min", "ref device max/min", "cand min ms", "ref min ms", "ref sync overhead ms"], rows)
     if args.json:
         args.json.write_text(json.dumps(records, indent=2))

@@ -58,8 +58,6 @@ class HarnessConfig(BaseModel):
     warmup: int = Field(10, ge=0)
     warm_up_ms: float = Field(WARM_UP_MS, ge=0.0, le=20.0, description="on a GPU, the L2 flush repeated before every timed "
                               "call for about this long (the GPU busy, not idle, when the call starts); 0: one flush only")
-    hide_launch: bool = Field(True, description="on a GPU, queue each timed call's launch behind a gate the judge opens, so "
-                              "that the host's launch is not timed (sandbox/rank/gate.py); off: timed from an idle GPU")
     iterations: int = Field(50, ge=10)
     timing_budget_s: float = Field(20.0, description="stop timing after this long (at least 10 iterations)")
     timing_precision: float | None = Field(None, ge=0.0, le=1.0, description=TIMING_PRECISION_HELP)

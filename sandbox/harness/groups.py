@@ -29,7 +29,6 @@ from sandbox.harness import messages as m
 from sandbox.harness.compile_server import CompileServer
 from sandbox.harness.memory_watch import MemoryWatch
 from sandbox.jail import pause
-from sandbox.rank.gate import Board
 from sandbox.rank.wire import Channel, ChannelClosed, WireError, check_sealed, close_received
 from sandbox.readiness import wait_readable
 from sandbox.report import inert
@@ -40,9 +39,6 @@ FAILURE_GRACE_S = 3.0  # after one rank fails, how long the others get to report
 # A rank reads each command (and each compile reply) before the parent sends the next, so the parent's sends never wait
 # on a rank that serves; one whose channel stays full this long is not reading it (see RankGroup.send)
 SEND_TIMEOUT_S = 10.0
-# how long the parent waits for every rank's ``launched`` before it opens a gated call's gate anyway (sandbox/rank/gate.py):
-# a call that waits on the device inside it (a sync, .item()) cannot finish its launch behind a closed gate
-LAUNCH_WAIT_S = 0.02
 LOG_LIMIT_BYTES = 2 * 2**20
 
 
@@ -114,9 +110,6 @@ class RankGroup:
         self.workdir: Path | None = None
         self.stopped_for: str | None = None  # why the harness stopped a rank of this group on its own (memory)
         self.memory_watch: MemoryWatch | None = None
-        self.board: Board | None = None  # its gate board, once its ranks took it (sandbox/rank/gate.py)
-        self.opened_early = 0  # gated calls whose gate opened before every rank said its launch was done
-        self._launch_pending: set[int] = set()  # ranks whose ``launched`` may still come before their answer
 
     # ---------------------------------------------------------------- messaging
     def took_ready(self, ready: list) -> None:
@@ -155,44 +148,6 @@ class RankGroup:
             kind = str((message[0] if isinstance(message, list) else message).get("type"))
             self.spent_s[kind] = self.spent_s.get(kind, 0.0) + time.perf_counter() - started
 
-    def ask_gated(self, message: dict[str, Any], keys: list[list[int]], expect: type[m.Reply], timeout_s: float,
-                  stage: str) -> tuple[list[Answer | RankFailure], float]:
-        """``ask`` for a gated call (sandbox/rank/gate.py): the gate opened, with ``keys[rank]`` for
-        each rank, once every rank said ``launched`` or LAUNCH_WAIT_S passed; also the moment it
-        opened (``time.perf_counter()``), where the parent's clock for the call starts."""
-        self.check_quiet()
-        started = time.perf_counter()
-        sequence = self.board.next()
-        for rank in range(self.world):
-            self.send(rank, {**message, "gate": sequence})
-        failures: dict[int, Answer | RankFailure] = {}
-        pending = set(range(self.world))
-        deadline = time.monotonic() + LAUNCH_WAIT_S
-        while pending and not failures and (left := deadline - time.monotonic()) > 0:
-            waiting = {self.channels[rank].fileno(): rank for rank in pending if self.alive[rank]}
-            if len(waiting) < len(pending):
-                break  # a rank is gone: collect() reports it
-            for fd in wait_readable(list(waiting), left):
-                answer = self._receive(waiting[fd], m.Launched)
-                if isinstance(answer, RankFailure):
-                    failures[answer.rank] = answer
-                elif answer is not None:
-                    pending.discard(answer.rank)
-        self.opened_early += bool(pending)
-        self._launch_pending = pending
-        opened = time.perf_counter()
-        self.board.release(sequence, keys)
-        try:
-            return self.collect(expect, timeout_s, stage, failures), opened
-        finally:
-            self._launch_pending = set()
-            self.spent_s[message["type"]] = self.spent_s.get(message["type"], 0.0) + time.perf_counter() - started
-
-    def take_board(self, timeout_s: float, stage: str) -> list[Answer | RankFailure]:
-        """Give the group's ranks a gate board of its own (sandbox/rank/gate.py)."""
-        self.board = Board(self.world)
-        return self.ask({"type": "gate"}, m.GateReady, timeout_s, stage, fds=[[self.board.fd]] * self.world)
-
     def check_quiet(self) -> None:
         """Nothing may be waiting from a rank between commands: an unasked message is a
         protocol violation (a rank answering for a call it was not yet given, say)."""
@@ -209,12 +164,10 @@ class RankGroup:
                 continue
             raise m.ProtocolViolation(f"rank {rank} sent a message nobody asked for")
 
-    def collect(self, expect: type[m.Reply], timeout_s: float, stage: str,
-                failures: dict[int, Answer | RankFailure] | None = None) -> list[Answer | RankFailure]:
-        """One reply of type ``expect`` from each rank (``failures``: ranks that already failed)."""
-        answers: dict[int, Answer | RankFailure] = dict(failures or {})
+    def collect(self, expect: type[m.Reply], timeout_s: float, stage: str) -> list[Answer | RankFailure]:
+        answers: dict[int, Answer | RankFailure] = {}
         deadline = time.monotonic() + timeout_s
-        first_failure: float | None = time.monotonic() if answers else None
+        first_failure: float | None = None
         for rank in range(self.world):
             if not self.alive[rank]:
                 answers[rank] = self._gone(rank)
@@ -259,11 +212,6 @@ class RankGroup:
                 self._serve_compile(rank, reply)
                 _close(fds)
                 return None if self.alive[rank] else self._gone(rank)
-            if rank in self._launch_pending and isinstance(reply, m.Launched):
-                self._launch_pending.discard(rank)  # a gated call's launch, done after its gate opened anyway
-                return None
-            if rank in self._launch_pending and not isinstance(reply, (m.Failed, m.CompileRequest)):
-                raise m.ProtocolViolation(f"rank {rank} answered {reply.type!r} where Launched was due")
             if isinstance(reply, m.Failed):
                 _close(fds)
                 # a rank's words go into the verdict's message: control characters made visible there, as in logs
@@ -343,8 +291,6 @@ class RankGroup:
             if self.memory_watch is not None:
                 self.memory_watch.stop()
             self.process.kill()
-            if self.board is not None:
-                self.board.close()
             for channel in self.channels:
                 channel.close()
             for reader in [*self.readers, self.zygote_log]:

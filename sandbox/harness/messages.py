@@ -68,16 +68,6 @@ class Primed(Reply):
     type: Literal["primed"]
 
 
-class GateReady(Reply):
-    type: Literal["gate_ready"]
-
-
-class Launched(Reply):
-    """A gated call's launch is done (sandbox/rank/gate.py): the parent may open the gate."""
-
-    type: Literal["launched"]
-
-
 class Done(Reply):
     carries_fds: ClassVar[bool] = True
     sealed_copies: ClassVar[bool] = True
@@ -156,8 +146,8 @@ class CompileRequest(Reply):
 
 
 REPLIES: dict[str, type[Reply]] = {model.model_fields["type"].annotation.__args__[0]: model  # type: ignore[union-attr]
-                                   for model in (Ready, Loaded, Staged, Primed, GateReady, Launched, Done, BurstDone, Revealed,
-                                                 Calibrated, Dropped, Profiled, Made, Failed, CompileRequest)}
+                                   for model in (Ready, Loaded, Staged, Primed, Done, BurstDone, Revealed, Calibrated, Dropped, Profiled, Made,
+                                                 Failed, CompileRequest)}
 
 
 class ProtocolViolation(Exception):

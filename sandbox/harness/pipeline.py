@@ -48,7 +48,7 @@ from sandbox.harness.verdict import Verdict
 from sandbox.harness.warm import FreshGroups, drop_alone, keep_alone, kept_alone
 from sandbox.jail import shared_shm
 from sandbox.nvml import gpu_model_name
-from sandbox.rank import commitment, device_kernels, input_mask, wire
+from sandbox.rank import commitment, device_kernels, wire
 from sandbox.rank.wire import close_received
 from sandbox.rank.device import flushes_for
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
@@ -57,8 +57,8 @@ log = structlog.get_logger(__name__)
 
 ROUND_BYTES = 2 * 2**30  # a round's inputs, per rank, at most (each call has its own)
 # all timed calls' inputs, per rank and group: large calls are timed fewer times (MIN_ROUNDS at least). At 1 GiB a call of
-# 64 MiB was timed 16 times, and over 5 jobs on an H100 on 2026-12-07 its reference's median (launch behind the gate) moved
-# by 1.24x with an interquartile range of 0.01-0.03 ms on 0.05: the median of 16 calls' own noise
+# 64 MiB (all_reduce's default size) was timed 16 times, not the config's 50 iterations, and a job's median moved with those
+# few calls' noise (benchmarks/timing_stability.py)
 TIMED_BYTES = 4 * 2**30
 MAX_ROUND_CALLS = 16
 MIN_ROUNDS = 4  # timed rounds per group at the least (the speedup's interval resamples them)
@@ -274,7 +274,6 @@ class Evaluation:
             self._load_reference(timeout)
             with self.group_source.quiet():
                 if self.config.device == "cuda":
-                    self._take_boards(timeout)
                     self._calibrate()
                 self._time_reference_alone()
         elif not self.reference.loaded:
@@ -299,32 +298,6 @@ class Evaluation:
         self._expect(self.reference.collect(m.Loaded, timeout, "reference load"), "reference")
         self.reference.loaded = True
 
-    @property
-    def _gated(self) -> bool:
-        """Whether timed calls are gated: their launch not timed (sandbox/rank/gate.py)."""
-        return self.config.device == "cuda" and self.config.hide_launch
-
-    def _take_boards(self, timeout: float) -> None:
-        """Each group's gate board, before any candidate code exists (a kept reference group has its own)."""
-        if not self._gated:
-            return
-        if self.reference.board is None:
-            self._expect(self.reference.take_board(timeout, "reference gate"), "reference")
-        self._candidate(self.candidate.take_board(timeout, "gate"))
-
-    def _timed_ask(self, group: RankGroup, message: dict[str, Any], call: Call, expect: type[m.Reply],
-                   stage: str) -> tuple[list, float]:
-        """``message`` (a timed call or calibration) to every rank of ``group``, and the parent's
-        wall ms for it: from its gate's opening where calls are gated (sandbox/rank/gate.py), else
-        from sending it with the call's key."""
-        if self._gated:
-            keys = [input_mask.device_key(call.mask, rank) for rank in range(self.config.world)]
-            answers, opened = group.ask_gated(message, keys, expect, self.config.timeouts.correctness_s, stage)
-        else:
-            opened = time.perf_counter()
-            answers = group.ask({**message, "mask": call.mask}, expect, self.config.timeouts.correctness_s, stage)
-        return answers, (time.perf_counter() - opened) * 1000.0
-
     def _calibrate(self) -> None:
         """What the harness's own work in a timed call (staging the inputs; unmasking them, the
         flush after, the syncs, the commitment to outputs and inputs, the messages) costs in each group's processes,
@@ -341,11 +314,12 @@ class Evaluation:
                     record = timing.Round(stage_ms=self._stage(group, round_id, calls, "calibration"))
                     for index in range(count):
                         self._prime(group, "calibration")
-                        asked, wall = self._timed_ask(group, {"type": "calibrate", "round": round_id, "index": index,
-                                                              "output_bytes": output_bytes, "flush": True,
-                                                              "nonce": calls[index].nonce.hex()},
-                                                      calls[index], m.Calibrated, "calibration")
-                        record.wall_ms.append(wall)
+                        started = time.perf_counter()
+                        asked = group.ask(
+                            {"type": "calibrate", "round": round_id, "index": index, "output_bytes": output_bytes, "flush": True,
+                             "nonce": calls[index].nonce.hex(), "mask": calls[index].mask},
+                            m.Calibrated, self.config.timeouts.correctness_s, "calibration")
+                        record.wall_ms.append((time.perf_counter() - started) * 1000.0)
                         close_answers(asked)  # the stand-in's sealed copies: made as a call's are, never compared
                         answers = self._checked(group, asked)
                         record.claimed_ms.append([a.reply.ms for a in answers])
@@ -362,7 +336,7 @@ class Evaluation:
         20, each 64 MiB of fresh host pages). A kept reference group of a long-lived harness may
         have it from an earlier evaluation (sandbox/harness/warm.py KEEP_ALONE)."""
         size, target = self._round_size
-        plan = (size, target, self._flushes, self._gated)  # the rounds kept (the warm-up round is not), each after its warm-up
+        plan = (size, target, self._flushes)  # the rounds kept (the warm-up round is not), each call after its warm-up
         kept = kept_alone(self.reference, plan, self.config.device)
         if kept is not None:
             self.reference_alone = timing.Series(self._empty_interval_ms, kept.rounds)
@@ -495,14 +469,12 @@ class Evaluation:
               flush: bool) -> tuple[list[float], list[Commitment], float]:
         """One timed call on every rank: (claimed ms per rank, commitments per rank, the parent's wall ms).
         With ``flush``, the warm-up before it (``_prime``) stays outside the parent's clock."""
-        message = {"type": "call", "round": round_id, "index": index, "rng": call.rng, "nonce": call.nonce.hex(), "flush": flush}
         if flush:
             self._prime(group, stage)
-            answers, wall = self._timed_ask(group, message, call, m.Done, stage)
-        else:
-            started = time.perf_counter()
-            answers = group.ask({**message, "mask": call.mask}, m.Done, self.config.timeouts.correctness_s, stage)
-            wall = (time.perf_counter() - started) * 1000.0
+        started = time.perf_counter()
+        answers = group.ask({"type": "call", "round": round_id, "index": index, "rng": call.rng, "nonce": call.nonce.hex(),
+                             "mask": call.mask, "flush": flush}, m.Done, self.config.timeouts.correctness_s, stage)
+        wall = (time.perf_counter() - started) * 1000.0
         with _closed_on_error(answers):
             done = self._checked(group, answers)
             for answer in done:
@@ -723,10 +695,6 @@ class Evaluation:
                         f"after {cand.iterations} timed calls: {self.timing_stop}; compare it with others by its interval, "
                         "not its point")
         self._roofline(cand)
-        if self.candidate.opened_early:
-            self.report.notes.append(
-                f"the gate of {self.candidate.opened_early} of the candidate's timed calls opened before its launch was done (it "
-                "waits on the device inside a call: a sync, .item(), a copy to the host): the rest of those calls' launch was timed")
 
     def _reference_ms(self, beside_series: timing.Series) -> float:
         """The reference's time per call for the speedup: its interleaved median, or its time alone
@@ -782,9 +750,8 @@ class Evaluation:
             return "not flushed (cpu)"
         own = flushes_for(self.config.warm_up_ms, self.candidate.flush_ms)
         measured = "" if own == self._flushes else f"; the candidate's processes measured {own}"
-        launch = "; each call's launch queued behind a gate and not timed" if self._gated else ""
         return (f"flushed before every call ({self._flushes} times to keep the GPU busy about {self.config.warm_up_ms:g} ms, then "
-                f"once after its inputs are unmasked, in both groups{measured}{launch})")
+                f"once after its inputs are unmasked, in both groups{measured})")
 
     @functools.cached_property
     def _empty_interval_ms(self) -> list[float]:

@@ -3,9 +3,7 @@
 Each timed call is one ``call`` command to every rank of a group. A rank reports how long the
 call took by its own account (CUDA events between two device-wide syncs, or the host clock on
 the CPU); the parent measures, on a clock no rank can touch, the wall time from sending the
-command to the last rank's answer. On a GPU the call's launch is queued behind a gate that the
-parent opens once every rank's launch is done, with the key of the call's inputs
-(sandbox/rank/gate.py): the rank's interval starts at the gate, and so does the parent's clock. The difference is the harness's own cost of a call (the
+command to the last rank's answer. The difference is the harness's own cost of a call (the
 message, the alignment, the syncs, the checksum of the outputs), which does not depend on the
 solution: the reference, run through the very same rounds on inputs of the same sizes, shows
 what it is; on a GPU, a calibration of each group's processes (the same harness work with no
@@ -210,9 +208,9 @@ def check_clock(candidate: Series, reference: Series, device: str, candidate_cal
     stage_explained = HIDDEN_FRACTION * claimed + CONFIDENCE * _difference_error(ref_stage, len(cand_stage)) + floor
     allowed_stage = stage_explained + staging_share * max(statistics.median(ref_stage), 0.0)
     # the call's time on the clock: the wall time less the harness's cost of a call (the reference's unaccounted time) and
-    # less the empty timed interval that the claims are read net of (on a GPU with the launch behind the gate, the inputs'
-    # unmasking and the flush after it: 0.18 ms on an H100, where an honest copy read 0.22x the reference, its own code,
-    # until this took it out)
+    # less the empty timed interval that the claims are read net of. On an H100 on 2026-12-07, with a timed call's launch
+    # behind a gate (an experiment, reverted: 0660877), that interval held the inputs' unmasking and a flush, 0.18 ms, and an
+    # honest copy of the reference's own code read 0.22x of it on the estimate without this; here it is the sync's 0.02-0.03 ms
     empty = min(candidate.overheads_ms, default=0.0)
     estimate = (statistics.median(r_wall for r in candidate.rounds for r_wall in r.wall_ms) - statistics.median(ref_unclaimed)
                 - offset - empty)

@@ -149,29 +149,6 @@ class RankDevice:
         end.synchronize()
         return result, start.elapsed_time(end)
 
-    def timed_gated(self, call, gate, sequence: int, masked: list, launched) -> tuple[Any, float]:
-        """``call()``'s result and its time in ms, its launch queued behind ``gate`` (a
-        sandbox.rank.gate.RankGate) and not timed: the gate, the barrier, the start event, the
-        ``masked`` tensors unmasked with the key the gate copies, the flush, the call; then
-        ``launched()`` (the parent opens the gate once every rank said so), and device-wide syncs
-        as ``timed``'s (work on side streams counts). GPU only."""
-        from sandbox.rank import input_mask
-
-        self._sync(self.device)
-        gate.wait(sequence)
-        if self.barrier is not None:
-            self.barrier()
-        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
-        start.record()
-        input_mask.apply_keyed(masked, gate.key)
-        self.flush_l2(1)
-        result = call()
-        launched()
-        self._sync(self.device)
-        end.record()
-        end.synchronize()
-        return result, start.elapsed_time(end)
-
     def timed_ahead(self, call, flushes: int) -> tuple[Any, float]:
         """``call()``'s result and its device time in ms, its launch hidden: ``flushes`` L2
         flushes queued and not waited for, then the events around the call on the current stream,

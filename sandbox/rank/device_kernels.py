@@ -1,5 +1,5 @@
 """The rank's own CUDA kernels (:file:`rank_kernels.cu`): the tree digest's leaf hash
-(commitment.py), the input mask's keystream (input_mask.py) and the gate before a timed call (gate.py).
+(commitment.py) and the input mask's keystream (input_mask.py).
 
 Both run in every timed call, so their host cost is part of the harness's own cost of a call, which
 bounds how fine the parent's clock resolves work hidden after a timer. They are compiled together,
@@ -21,7 +21,6 @@ from typing import Any
 
 SOURCE = Path(__file__).with_name("rank_kernels.cu")
 THREADS = 128
-KERNELS = ("kloop_leaf_sha256", "kloop_mask_chacha20", "kloop_mask_chacha20_keyed", "kloop_gate")
 _kernels: dict[str, Any] = {}
 _module: list[Any] = []  # torch's kernel object, which holds the loaded module that the launchers use
 _lock = threading.Lock()
@@ -37,7 +36,7 @@ def kernel(name: str):
 
             compiled = torch.cuda._compile_kernel(SOURCE.read_text(), "kloop_leaf_sha256")
             _module.append(compiled)
-            _kernels.update({n: CudaKernel(compiled.module, n) for n in KERNELS})
+            _kernels.update({n: CudaKernel(compiled.module, n) for n in ("kloop_leaf_sha256", "kloop_mask_chacha20")})
         return _kernels[name]
 
 

@@ -70,32 +70,15 @@ def _xor(torch, raw, keystream) -> None:
     raw[8 * words:].bitwise_xor_(keystream[8 * words:])
 
 
-def device_key(key: int, rank: int) -> list[int]:
-    """The ChaCha20 key (eight 32-bit words) of rank ``rank``'s keystream of ``key`` on a GPU."""
-    return list(struct.unpack("<8I", hashlib.blake2b(f"{int(key)}/{int(rank)}".encode(), digest_size=32,
-                                                     person=b"kloop-mask").digest()))
-
-
 def _apply_on_device(tensors: list, key: int, rank: int) -> None:
-    words = device_key(key, rank)
-    _launch_each(tensors, lambda tensor, size, stream: ("kloop_mask_chacha20", [tensor, size, *words, stream]))
-
-
-def apply_keyed(tensors: list, key_words) -> None:
-    """``apply`` on a GPU with the key's words already in device memory (``key_words``: eight
-    uint32 on the tensors' device, written by the gate before a timed call: sandbox/rank/gate.py),
-    queued on the current stream."""
-    _launch_each(tensors, lambda tensor, size, stream: ("kloop_mask_chacha20_keyed", [tensor, size, key_words, stream]))
-
-
-def _launch_each(tensors: list, kernel_and_args) -> None:
+    words = list(struct.unpack("<8I", hashlib.blake2b(f"{int(key)}/{int(rank)}".encode(), digest_size=32,
+                                                      person=b"kloop-mask").digest()))
     for stream, tensor in enumerate(tensors):
         if not tensor.is_contiguous():
             raise ValueError("a masked tensor must be contiguous")
         size = tensor.numel() * tensor.element_size()
         if size:
-            name, args = kernel_and_args(tensor, size, stream)
-            device_kernels.launch(name, -(-size // 64), args, tensor.device)
+            device_kernels.launch("kloop_mask_chacha20", -(-size // 64), [tensor, size, *words, stream], tensor.device)
 
 
 def masked(torch, tensors: list, key: int, rank: int) -> list:

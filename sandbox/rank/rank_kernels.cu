@@ -5,8 +5,7 @@
 //   out + 32 * i, in the byte order of hashlib's digest(). `data` is 16-byte aligned and leaf_bytes a
 //   multiple of 64.
 // - kloop_mask_chacha20: a buffer XORed in place with a ChaCha20 keystream (RFC 8439), 64 bytes a
-//   thread, the device side of sandbox/rank/input_mask.py; kloop_mask_chacha20_keyed the same with the
-//   key in device memory, put there by kloop_gate (sandbox/rank/gate.py).
+//   thread, the device side of sandbox/rank/input_mask.py.
 // With KLOOP_HOST_BUILD defined the same functions are built for the host, so that they can be checked
 // against hashlib and a ChaCha20 of record where there is no GPU (tests/sandbox/rank/test_commitment.py,
 // test_input_mask.py).
@@ -171,39 +170,6 @@ extern "C" __global__ void kloop_mask_chacha20(unsigned char* data, unsigned lon
     if (block * 64ull >= bytes) return;
     unsigned int key[8] = {k0, k1, k2, k3, k4, k5, k6, k7};
     kloop_mask_block(data, bytes, key, stream, block);
-}
-
-// The mask removed with a key the gate (below) copied into device memory: the key reaches the rank's
-// process no earlier than the GPU, so nothing can be computed from the inputs before the timer starts.
-extern "C" __global__ void kloop_mask_chacha20_keyed(unsigned char* data, unsigned long long bytes, const unsigned int* key,
-                                                     unsigned int stream) {
-    unsigned long long block = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (block * 64ull >= bytes) return;
-    unsigned int k[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) k[i] = key[i];
-    kloop_mask_block(data, bytes, k, stream, block);
-}
-
-// The gate before a timed call (sandbox/rank/gate.py): one thread spins until the parent's sequence
-// number in the rank's slot of the gate board (host memory, mapped for the device) reaches `seq`, then
-// copies the slot's eight key words to `key` (device memory), so the call's launch is queued behind
-// the gate and none of it is timed. Gives up after `limit_ns` (a parent that died), the key then stale.
-extern "C" __global__ void kloop_gate(const volatile unsigned long long* slot, unsigned long long seq, unsigned int* key,
-                                      unsigned long long limit_ns) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    unsigned long long began, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(began));
-    while (slot[0] < seq) {
-        __nanosleep(200);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        if (now - began > limit_ns) break;
-    }
-    __threadfence_system();
-    const volatile unsigned int* words = (const volatile unsigned int*)(slot + 1);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) key[i] = words[i];
-    __threadfence();
 }
 #else
 extern "C" void kloop_leaf_sha256_host(const unsigned char* data, int leaves, int leaf_bytes, int tail,

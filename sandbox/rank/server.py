@@ -9,10 +9,9 @@ it), with a sealed copy of the bytes committed to where the transposed scheme is
 candidate's process all of this is hostile territory; the parent treats every number that comes
 back as a claim (see sandbox/harness/timing.py).
 
-Messages from the parent: load, stage, gate, prime, call, calibrate, burst, reveal, drop, profile (a
-rank ends when the parent kills its group). Replies: loaded, staged, gate_ready, primed, done,
-calibrated, burst_done, revealed, dropped, profiled, failed; launched (a gated call's launch done,
-before its done: sandbox/rank/gate.py); and compile (a request to the parent, answered by compiled).
+Messages from the parent: load, stage, prime, call, calibrate, burst, reveal, drop, profile (a rank
+ends when the parent kills its group). Replies: loaded, staged, primed, done, calibrated, burst_done,
+revealed, dropped, profiled, failed; and compile (a request to the parent, answered by compiled).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.rank import commitment, device_kernels, device_share, input_mask, wire
-from sandbox.rank.gate import RankGate
 from sandbox.rank.device import RankDevice
 
 MAX_INPUT_BLOB_BYTES = 64 * 2**30
@@ -51,10 +49,8 @@ class RankServer:
         self.commitment_scheme = commitment.scheme(self.world, config["mode"])
         if self.device.cuda and config["mode"] == "cuda":  # the inputs' mask (every world) and the tree digest (one rank)
             device_kernels.warm()
-        self.handlers = {"load": self.load, "stage": self.stage, "call": self.call, "burst": self.burst, "reveal": self.reveal,
-                         "drop": self.drop, "profile": self.profile, "calibrate": self.calibrate, "prime": self.prime,
-                         "gate": self.gate}
-        self._gate: RankGate | None = None
+        self.handlers = {"load": self.load, "stage": self.stage, "call": self.call, "burst": self.burst,
+                         "reveal": self.reveal, "drop": self.drop, "profile": self.profile, "calibrate": self.calibrate, "prime": self.prime}
 
     # ---------------------------------------------------------------- the loop
     def serve(self) -> None:
@@ -164,27 +160,6 @@ class RankServer:
         self.device.synchronize()
         return {"type": "primed"}, []
 
-    def gate(self, _message: dict[str, Any], fds: list[int]) -> tuple[dict, list]:
-        """The group's gate board (sandbox/rank/gate.py), for gated calls from now on."""
-        if len(fds) != 1 or not (self.device.cuda and self.config["mode"] == "cuda"):
-            raise wire.WireError("a gate board is one descriptor, for a rank on its own GPU")
-        self._gate = RankGate(fds[0], self.rank, self.world, self.torch, self.device.device)
-        return {"type": "gate_ready"}, []
-
-    def _timed(self, message: dict[str, Any], entry: dict[str, Any], call) -> tuple[Any, float]:
-        """``call()`` timed as ``message`` asks: behind the gate where it names one (its inputs
-        masked until the gate opens), else with ``message``'s key (``mask``) and the flush."""
-        sequence = message.get("gate")
-        if sequence is None:
-            self._unmasked(entry, message.get("mask"))
-            if message.get("flush", True):
-                self.device.flush_l2(1)
-            return self.device.timed(call)
-        if self._gate is None or not isinstance(sequence, int) or not entry["masked"]:
-            raise wire.WireError("a gated call without a gate board or masked inputs")
-        entry["inputs"], entry["masked"] = wire.decode_tree(entry["tree"], entry["leaves"]), False
-        return self.device.timed_gated(call, self._gate, sequence, entry["leaves"], lambda: self.channel.send({"type": "launched"}))
-
     def _prepare(self, rng: int) -> None:
         seed_global_rng(self.torch, rng, self.device.cuda)
 
@@ -195,13 +170,15 @@ class RankServer:
         current = self.rounds[message["round"]]
         index = message["index"]
         entry = current["calls"][index]
+        inputs = self._unmasked(entry, message.get("mask"))
         self._prepare(message["rng"])
         ahead = message.get("ahead")
         if isinstance(ahead, int) and not isinstance(ahead, bool) and ahead > 0:
-            inputs = self._unmasked(entry, message.get("mask"))
             result, ms = self.device.timed_ahead(lambda: self.fn(*inputs), ahead)
         else:
-            result, ms = self._timed(message, entry, lambda: self.fn(*entry["inputs"]))
+            if message.get("flush", True):
+                self.device.flush_l2(1)
+            result, ms = self.device.timed(lambda: self.fn(*inputs))
         leaves = self._output_leaves(result)
         current["outputs"][index] = leaves
         checksum = self._commitment(leaves, entry["leaves"], message["nonce"])
@@ -214,8 +191,11 @@ class RankServer:
         the parent asks for it before any candidate code is loaded, to learn what that work costs
         in this process."""
         entry = self.rounds[message["round"]]["calls"][message["index"]]
+        self._unmasked(entry, message.get("mask"))
         stand_in = self.torch.ones(int(message["output_bytes"]), dtype=self.torch.uint8, device=self.device.device)
-        _, ms = self._timed(message, entry, lambda: None)
+        if message.get("flush", True):
+            self.device.flush_l2(1)
+        _, ms = self.device.timed(lambda: None)
         self._commitment([stand_in], entry["leaves"], message["nonce"])
         return {"type": "calibrated", "round": message["round"], "index": message["index"], "ms": ms}, self._sealed(message["nonce"])
 

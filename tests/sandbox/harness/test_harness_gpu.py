@@ -43,26 +43,12 @@ def test_cuda_mode_times_reference_and_candidate(local_sandbox):
     assert report.reference_timing.median_ms > 0 and report.candidate_timing.median_ms > 0
     assert report.speedup is not None and report.roofline is not None and 0 < report.roofline_fraction < 1.5
     assert report.profile is not None and any("one_shot_all_reduce" in k.name for k in report.profile.kernels)
-    # the reference's call on the device, its launch hidden behind flushes; its timed call alone, its launch behind the gate
-    # (sandbox/rank/gate.py): about the same. Timed from an idle GPU it was 2.3x the device time (0.110 against 0.049 ms on
-    # an H100 on 2026-12-07): the launch
+    # the reference's call on the device, its launch hidden: part of its timed call alone, and said when it is the lesser part
     print(f"reference alone {report.reference_alone_ms} ms, on the device {report.reference_device_ms} ms; notes {report.notes}")
-    assert 0 < report.reference_alone_ms < 1.5 * report.reference_device_ms
+    assert 0 < report.reference_device_ms < report.reference_alone_ms
     assert "to keep the GPU busy about 0.5 ms" in report.candidate_timing.l2_policy, report.candidate_timing.l2_policy
-    assert "launch queued behind a gate" in report.candidate_timing.l2_policy
-    assert not any("gate of" in note for note in report.notes)  # the candidate's launches were all done behind it
     host_bound = any(note.startswith("the reference's call is mostly the host's work") for note in report.notes)
     assert host_bound == (report.reference_device_ms < 0.5 * report.reference_alone_ms)
-
-
-def test_cuda_mode_with_the_launch_timed_as_before(local_sandbox):
-    """``hide_launch=False``: calls timed from an idle GPU, their launch in the interval."""
-    report = evaluate_in(local_sandbox, SYMM, config(1, "cuda", hide_launch=False, profile=False))
-    print(f"\nlaunch timed: {report.message}; reference alone {report.reference_alone_ms} ms, on the device "
-          f"{report.reference_device_ms} ms")
-    assert report.status == "correct", report.model_dump_json(indent=1)
-    assert "gate" not in report.candidate_timing.l2_policy
-    assert report.reference_alone_ms > report.reference_device_ms
 
 
 def test_a_group_started_ahead_imports_shape_checks(local_sandbox):

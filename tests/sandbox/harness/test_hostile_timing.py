@@ -502,10 +502,10 @@ def test_a_call_that_measured_nothing_is_impossible_only_where_the_timer_resolve
 
 @pytest.mark.parametrize("empty_ms", [0.01, 0.18, 2.0])
 def test_the_clock_estimate_is_net_of_the_empty_interval_as_the_claims_are(empty_ms):
-    """On a GPU with the launch behind the gate (sandbox/rank/gate.py) a claim holds the inputs'
-    unmasking and a flush, the empty interval taken off every claim (0.18 ms on an H100). The
-    clock's estimate took off the harness's unaccounted time only: an honest copy of the
-    reference's own code read 0.22x of it there, on the estimate. The reference and an honest
+    """The empty timed interval is taken off every claim (on a GPU the sync's 0.02-0.03 ms; 0.18 ms
+    on an H100 with the launch behind a gate, an experiment since reverted). The clock's estimate
+    took off the harness's unaccounted time only: an honest copy of the reference's own code read
+    0.22x of it there, on the estimate. The reference and an honest
     candidate of the same 0.05 ms call, each claim holding ``empty_ms`` more: the claim stands; a
     claim of nothing is still read on the clock, at about the call."""
     rng = random.Random(5)
