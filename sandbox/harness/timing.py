@@ -208,9 +208,8 @@ def check_clock(candidate: Series, reference: Series, device: str, candidate_cal
     stage_explained = HIDDEN_FRACTION * claimed + CONFIDENCE * _difference_error(ref_stage, len(cand_stage)) + floor
     allowed_stage = stage_explained + staging_share * max(statistics.median(ref_stage), 0.0)
     # the call's time on the clock: the wall time less the harness's cost of a call (the reference's unaccounted time) and
-    # less the empty timed interval that the claims are read net of. On an H100 on 2026-12-07, with a timed call's launch
-    # behind a gate (an experiment, reverted: 0660877), that interval held the inputs' unmasking and a flush, 0.18 ms, and an
-    # honest copy of the reference's own code read 0.22x of it on the estimate without this; here it is the sync's 0.02-0.03 ms
+    # less the empty timed interval that the claims are read net of (Series.step_ms), so that the two compare; with a
+    # 0.18 ms interval (the reverted launch gate, 0660877) an honest copy of the reference read 0.22x of it without this
     empty = min(candidate.overheads_ms, default=0.0)
     estimate = (statistics.median(r_wall for r in candidate.rounds for r_wall in r.wall_ms) - statistics.median(ref_unclaimed)
                 - offset - empty)

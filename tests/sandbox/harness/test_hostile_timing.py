@@ -505,9 +505,9 @@ def test_the_clock_estimate_is_net_of_the_empty_interval_as_the_claims_are(empty
     """The empty timed interval is taken off every claim (on a GPU the sync's 0.02-0.03 ms; 0.18 ms
     on an H100 with the launch behind a gate, an experiment since reverted). The clock's estimate
     took off the harness's unaccounted time only: an honest copy of the reference's own code read
-    0.22x of it there, on the estimate. The reference and an honest
-    candidate of the same 0.05 ms call, each claim holding ``empty_ms`` more: the claim stands; a
-    claim of nothing is still read on the clock, at about the call."""
+    0.22x of it there, on the estimate. Here the reference and an honest candidate of the same
+    0.05 ms call, each claim holding ``empty_ms`` more: the claim stands; a claim of nothing is
+    still read on the clock, at about the call."""
     rng = random.Random(5)
     walls = [0.05 + empty_ms + 0.8 + rng.uniform(0, 0.02) for _ in range(48)]
     reference = _series([0.05 + empty_ms] * 48, walls, overhead=empty_ms)
