@@ -31,6 +31,14 @@ from sandbox.readiness import wait_readable
 
 _NAMESPACES = ((kernel.CLONE_NEWPID, "pid-namespace"), (kernel.CLONE_NEWNS, "mount-namespace"),
                (kernel.CLONE_NEWNET, "net-namespace"), (kernel.CLONE_NEWIPC, "ipc-namespace"))
+# System V IPC in the jail's own IPC namespace, bounded: its objects belong to no process, so neither the parent's memory
+# watch nor the OOM killer frees them while any process of the tree lives, and a namespace's defaults let one tree hold
+# all of the host's memory in shared memory segments (sandbox/harness/memory_watch.py). CUDA, NCCL, gloo and torch use
+# POSIX shared memory (/dev/shm, a bounded tmpfs), not these. kernel/shmall counts pages; kernel/sem is semmsl semmns
+# semopm semmni.
+SYSV_SHM_BYTES = 64 * 2**20
+_SYSV_LIMITS = {"kernel/shmmax": str(SYSV_SHM_BYTES), "kernel/shmall": str(SYSV_SHM_BYTES // os.sysconf("SC_PAGE_SIZE")),
+                "kernel/shmmni": "16", "kernel/msgmni": "16", "kernel/sem": "250 4000 32 16"}
 _RLIMITS = {"core": resource.RLIMIT_CORE, "nofile": resource.RLIMIT_NOFILE, "fsize": resource.RLIMIT_FSIZE,
             "nproc": resource.RLIMIT_NPROC}
 
@@ -123,7 +131,7 @@ def _enter_namespaces(config: dict) -> list[str]:
         measures.append("user-namespace")
     try:
         kernel.unshare(sum(flag for flag, _ in _NAMESPACES))
-        return measures + [name for _, name in _NAMESPACES]
+        measures += [name for _, name in _NAMESPACES]
     except OSError:
         for flag, name in _NAMESPACES:
             try:
@@ -131,7 +139,18 @@ def _enter_namespaces(config: dict) -> list[str]:
                 measures.append(name)
             except OSError:
                 pass
+    if "ipc-namespace" in measures and _attempt(_bound_sysv_ipc, False):
+        measures.append("sysv-ipc-bounded")
     return measures
+
+
+def _bound_sysv_ipc() -> bool:
+    """The jail's IPC namespace (this process is in it) bounded to _SYSV_LIMITS; a user's jail,
+    whose user namespace maps no root, may be refused the writes."""
+    for name, value in _SYSV_LIMITS.items():
+        with open(f"/proc/sys/{name}", "w") as handle:
+            handle.write(value)
+    return True
 
 
 def _hand_over(workdir: str, uid: int, gid: int) -> None:

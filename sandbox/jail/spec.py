@@ -127,4 +127,8 @@ def gaps(network: str, measures: list[str]) -> list[str]:
     if not held & {"pid-namespace", "scoped-kill"}:
         found.append("processes: a process that leaves the jail's session can outlive the jail (no PID namespace, "
                      "no Landlock signal scope)")
+    if "sysv-ipc-bounded" not in held:
+        found.append("System V IPC: shared memory segments and message queues are not bounded (" +
+                     ("the jail's IPC namespace kept its defaults" if "ipc-namespace" in held else "no IPC namespace of "
+                      "the jail's own") + "); what they hold is not counted as any process's memory")
     return found

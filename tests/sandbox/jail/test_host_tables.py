@@ -1,7 +1,9 @@
 """Host-wide kernel tables a jailed tree must not take from every other tree and from root, which
 a uid of its own (test_tree_uid.py) does not separate: the Linux AIO context pool
 (fs/aio-max-nr, 65536 events on the host) went whole to 256 io_setup calls of one tree, and
-another tree and root then got EAGAIN. The jail's seccomp filter refuses Linux AIO."""
+another tree and root then got EAGAIN. The jail's seccomp filter refuses Linux AIO. System V IPC
+objects belong to no process, so a tree could hold host memory in them where the parent's memory
+watch does not look: the jail's IPC namespace is bounded."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import time
 from pathlib import Path
 
 from sandbox.jail import Jail, JailSpec, own_uid
+from sandbox.jail.init import SYSV_SHM_BYTES
 from sandbox.jail.seccomp import _ARCHES
 
 SYSCALLS = _ARCHES[platform.machine()][2]
@@ -89,3 +92,50 @@ def test_a_tree_is_first_for_the_oom_killer_and_cannot_step_back(tmp_path: Path)
     assert said.startswith("1000 ") and said.endswith(" 0"), said
     if os.geteuid() == 0:
         assert "refused" in said, said
+
+
+SEGMENT_BYTES = 32 * 2**20
+SYSV_HOG = textwrap.dedent(f"""
+    import ctypes, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    libc.shmdt.argtypes = [ctypes.c_void_p]
+    held, shm_error = 0, 0
+    while held < 2**30:  # segments of 32 MiB, each filled and detached: resident in no process, held by the namespace
+        segment = libc.shmget(0, {SEGMENT_BYTES}, 0o1600)
+        if segment < 0:
+            shm_error = ctypes.get_errno()
+            break
+        address = libc.shmat(segment, None, 0)
+        ctypes.memset(address, 1, {SEGMENT_BYTES})
+        libc.shmdt(address)
+        held += {SEGMENT_BYTES}
+    queues, msg_error = 0, 0
+    while queues < 1000:
+        if libc.msgget(0, 0o1600) < 0:
+            msg_error = ctypes.get_errno()
+            break
+        queues += 1
+    open("made", "w").write(f"{{held}} {{shm_error}} {{queues}} {{msg_error}}")
+""")
+
+
+def test_a_tree_holds_little_host_memory_in_system_v_ipc(tmp_path: Path):
+    """A tree filled 1 GiB of SysV shared memory (32 MiB segments, each detached: no process maps
+    it) and made 1000 message queues; now its IPC namespace stops it at SYSV_SHM_BYTES and 16
+    queues. The host's own namespace (root here, outside any jail) is untouched: 128 MiB there."""
+    folder = tmp_path / "hog"
+    folder.mkdir()
+    (folder / "main.py").write_text(SYSV_HOG)
+    with Jail.start(JailSpec(workdir=str(folder), uid=own_uid()), [sys.executable, "main.py"]) as hog:
+        assert hog.wait(60) == 0
+        measures = hog.measures
+    held, shm_error, queues, msg_error = (int(v) for v in (folder / "made").read_text().split())
+    assert held <= SYSV_SHM_BYTES and shm_error == errno.ENOSPC, (held, errno.errorcode.get(shm_error, shm_error))
+    assert queues <= 16 and msg_error == errno.ENOSPC, (queues, errno.errorcode.get(msg_error, msg_error))
+    assert "sysv-ipc-bounded" in measures
+    libc = ctypes.CDLL(None, use_errno=True)
+    segment = libc.shmget(0, 4 * SEGMENT_BYTES, 0o1600)
+    assert segment >= 0, errno.errorcode.get(ctypes.get_errno())
+    assert libc.shmctl(segment, 0, None) == 0  # IPC_RMID
