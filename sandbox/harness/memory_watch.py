@@ -20,7 +20,7 @@ MAX_DESCRIPTORS descriptors and mappings between them is stopped: reading them i
 cost, and it was made to take minutes. Files a rank writes to the jail's private /tmp or /dev/shm
 are bounded by their tmpfs size (sandbox/jail/spec.py). Not seen: memory held where no process of
 the tree names it (socket and pipe buffers, a descriptor in flight on a socket, System V shared
-memory, which the jail bounds to 64 MiB where it may: sandbox/jail/init.py); a memory cgroup per
+memory, which the jail bounds as it bounds /dev/shm where it may: sandbox/jail/init.py); a memory cgroup per
 group would bound those too.
 
 The group's work folder, the one host folder it may write, has no such bound of its own (a file

@@ -31,14 +31,14 @@ from sandbox.readiness import wait_readable
 
 _NAMESPACES = ((kernel.CLONE_NEWPID, "pid-namespace"), (kernel.CLONE_NEWNS, "mount-namespace"),
                (kernel.CLONE_NEWNET, "net-namespace"), (kernel.CLONE_NEWIPC, "ipc-namespace"))
-# System V IPC in the jail's own IPC namespace, bounded: its objects belong to no process, so neither the parent's memory
-# watch nor the OOM killer frees them while any process of the tree lives, and a namespace's defaults let one tree hold
-# all of the host's memory in shared memory segments (sandbox/harness/memory_watch.py). CUDA, NCCL, gloo and torch use
-# POSIX shared memory (/dev/shm, a bounded tmpfs), not these. kernel/shmall counts pages; kernel/sem is semmsl semmns
-# semopm semmni.
-SYSV_SHM_BYTES = 64 * 2**20
-_SYSV_LIMITS = {"kernel/shmmax": str(SYSV_SHM_BYTES), "kernel/shmall": str(SYSV_SHM_BYTES // os.sysconf("SC_PAGE_SIZE")),
-                "kernel/shmmni": "16", "kernel/msgmni": "16", "kernel/sem": "250 4000 32 16"}
+# System V IPC in the jail's own IPC namespace, bounded as its /dev/shm is: its objects belong to no process, so neither
+# the parent's memory watch nor the OOM killer frees them while any process of the tree lives, and a namespace's
+# defaults let one tree hold all of the host's memory in shared memory segments (sandbox/harness/memory_watch.py).
+# Shared memory gets the tree's tmpfs size in all (kernel/shmall counts pages; CUDA 13's libcudart imports shmget, so
+# segments stay as many as the kernel allows); message queues and semaphore sets 256 each (kernel/sem: semmsl semmns
+# semopm semmni): neither libcudart nor torch 2.13's CPU libraries import msgget or semget.
+SYSV_QUEUES = 256
+_SYSV_FIXED = {"kernel/msgmni": str(SYSV_QUEUES), "kernel/sem": f"250 64000 32 {SYSV_QUEUES}"}
 _RLIMITS = {"core": resource.RLIMIT_CORE, "nofile": resource.RLIMIT_NOFILE, "fsize": resource.RLIMIT_FSIZE,
             "nproc": resource.RLIMIT_NPROC}
 
@@ -139,15 +139,16 @@ def _enter_namespaces(config: dict) -> list[str]:
                 measures.append(name)
             except OSError:
                 pass
-    if "ipc-namespace" in measures and _attempt(_bound_sysv_ipc, False):
+    if "ipc-namespace" in measures and _attempt(lambda: _bound_sysv_ipc(config["tmpfs_bytes"]), False):
         measures.append("sysv-ipc-bounded")
     return measures
 
 
-def _bound_sysv_ipc() -> bool:
-    """The jail's IPC namespace (this process is in it) bounded to _SYSV_LIMITS; a user's jail,
-    whose user namespace maps no root, may be refused the writes."""
-    for name, value in _SYSV_LIMITS.items():
+def _bound_sysv_ipc(shm_bytes: int) -> bool:
+    """The jail's IPC namespace (this process is in it) bounded: ``shm_bytes`` of shared memory in
+    all, and _SYSV_FIXED. A user's jail, whose user namespace maps no root, is refused the writes."""
+    limits = {"kernel/shmmax": str(shm_bytes), "kernel/shmall": str(-(-shm_bytes // os.sysconf("SC_PAGE_SIZE"))), **_SYSV_FIXED}
+    for name, value in limits.items():
         with open(f"/proc/sys/{name}", "w") as handle:
             handle.write(value)
     return True

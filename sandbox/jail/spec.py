@@ -63,7 +63,8 @@ class JailSpec:
     env: the tree's whole environment (build it from an allow-list); HOME and TMPDIR are set.
     rlimits: overrides of DEFAULT_RLIMITS (core, nofile, fsize, nproc; soft = hard).
     devices: "none", or "cuda" for /dev/nvidia*.
-    tmpfs_bytes: the size of each of its private /tmp and /dev/shm (default: default_tmpfs_bytes()).
+    tmpfs_bytes: the size of each of its private /tmp and /dev/shm, and of all its System V shared
+        memory where the jail can bound it (default: default_tmpfs_bytes()).
     """
 
     workdir: str

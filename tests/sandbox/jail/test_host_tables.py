@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from sandbox.jail import Jail, JailSpec, own_uid
-from sandbox.jail.init import SYSV_SHM_BYTES
+from sandbox.jail.init import SYSV_QUEUES
 from sandbox.jail.seccomp import _ARCHES
 
 SYSCALLS = _ARCHES[platform.machine()][2]
@@ -112,7 +112,7 @@ SYSV_HOG = textwrap.dedent(f"""
         libc.shmdt(address)
         held += {SEGMENT_BYTES}
     queues, msg_error = 0, 0
-    while queues < 1000:
+    while queues < 2000:
         if libc.msgget(0, 0o1600) < 0:
             msg_error = ctypes.get_errno()
             break
@@ -121,19 +121,21 @@ SYSV_HOG = textwrap.dedent(f"""
 """)
 
 
-def test_a_tree_holds_little_host_memory_in_system_v_ipc(tmp_path: Path):
+def test_a_tree_holds_no_more_system_v_ipc_than_its_tmpfs_size(tmp_path: Path):
     """A tree filled 1 GiB of SysV shared memory (32 MiB segments, each detached: no process maps
-    it) and made 1000 message queues; now its IPC namespace stops it at SYSV_SHM_BYTES and 16
-    queues. The host's own namespace (root here, outside any jail) is untouched: 128 MiB there."""
+    it) and made 2000 message queues; now its IPC namespace stops it at its tmpfs size (64 MiB
+    here, as its /dev/shm) and SYSV_QUEUES queues. The host's own namespace (root here, outside any
+    jail) is untouched: 128 MiB there."""
     folder = tmp_path / "hog"
     folder.mkdir()
     (folder / "main.py").write_text(SYSV_HOG)
-    with Jail.start(JailSpec(workdir=str(folder), uid=own_uid()), [sys.executable, "main.py"]) as hog:
+    bound = 2 * SEGMENT_BYTES
+    with Jail.start(JailSpec(workdir=str(folder), uid=own_uid(), tmpfs_bytes=bound), [sys.executable, "main.py"]) as hog:
         assert hog.wait(60) == 0
         measures = hog.measures
     held, shm_error, queues, msg_error = (int(v) for v in (folder / "made").read_text().split())
-    assert held <= SYSV_SHM_BYTES and shm_error == errno.ENOSPC, (held, errno.errorcode.get(shm_error, shm_error))
-    assert queues <= 16 and msg_error == errno.ENOSPC, (queues, errno.errorcode.get(msg_error, msg_error))
+    assert held == bound and shm_error == errno.ENOSPC, (held, errno.errorcode.get(shm_error, shm_error))
+    assert queues == SYSV_QUEUES and msg_error == errno.ENOSPC, (queues, errno.errorcode.get(msg_error, msg_error))
     assert "sysv-ipc-bounded" in measures
     libc = ctypes.CDLL(None, use_errno=True)
     segment = libc.shmget(0, 4 * SEGMENT_BYTES, 0o1600)
