@@ -70,6 +70,8 @@
 #                             calls of 1 ms or more: the goal there is <= 1.03)
 #   stability_ab              stability in this tree, in .baseline (an older tree, carried), in this tree, in .baseline
 #                             (STABILITY_RUNS="1_new 2_baseline" for one of each)
+#   stability_precision       stability's 5 jobs at each asked precision of PRECISIONS in turn (default "0.03 0.06"; timing goes
+#                             on past the planned calls while the interval is wider and within reach)
 #   stability_baseline        the same in .baseline (an older tree, carried)
 set -uo pipefail
 OUT=${OUT:-/tmp/kloop-out}
@@ -230,6 +232,8 @@ for name in "$@"; do
       (cd benchmarks && python3 stack_profile.py /tmp/call_pyspy.txt --within 'call \(.*sandbox/rank/server.py' --top 40
        python3 stack_profile.py /tmp/call_pyspy.txt --within '_timed_round_of' --top 40) > "$OUT/call_profile.log" 2>&1
       cut -c1-220 "$OUT/call_profile.log"; gzip -c /tmp/call_pyspy.txt > "$OUT/call_pyspy.txt.gz" ;;
+    stability_precision) part "$name" 560 python3 $stability --timing-precision ${PRECISIONS:-0.03 0.06} --json "$OUT/$name.json"
+      grep -E "^all_reduce \||job [0-9]" "$OUT/$name.log" | cut -c1-170 ;;
     stability_ab)
       for run in ${STABILITY_RUNS:-1_new 2_baseline 3_new 4_baseline}; do
         if [ "${run#*_}" = new ]; then part "stability_$run" 110 python3 $stability

@@ -29,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up-ms", type=float, nargs="+", default=[None],
                         help="the L2 flush's warm-up before a timed call (HarnessConfig.warm_up_ms); several: the jobs take "
                              "them in turn, a row each (default: the judge's own)")
+    parser.add_argument("--timing-precision", type=float, nargs="+", default=[None],
+                        help="the speedup's asked 95%% half-width (HarnessConfig.timing_precision: timing goes on past the planned "
+                             "calls while it is wider and within reach); several: the jobs take them in turn, with every warm-up, "
+                             "a row each (default: the judge's own)")
     parser.add_argument("--json", type=Path, help="also write every job's numbers here")
     args = parser.parse_args(argv)
     rows, records = [], []
@@ -44,13 +48,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             # a setting's jobs: candidate, reference, fastest and overhead ms, speedups, intervals, machine windows, and the
             # reference's device ms (its launch hidden; None off a GPU), a list each
-            jobs = {warm_up: [[] for _ in range(8)] for warm_up in args.warm_up_ms}
+            settings = [(warm_up, precision) for warm_up in args.warm_up_ms for precision in args.timing_precision]
+            jobs = {setting: [[] for _ in range(8)] for setting in settings}
             for job in range(args.repeats * len(jobs)):
-                warm_up = args.warm_up_ms[job % len(jobs)]
-                candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine, device_ms = jobs[warm_up]
+                warm_up, precision = settings[job % len(settings)]
+                candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine, device_ms = jobs[warm_up, precision]
+                chosen = {"warm_up_ms": warm_up, "timing_precision": precision}
                 began = time.monotonic()
                 report = evaluate(source, problem=problem.name, world=args.world, device=args.device, size=args.size,
-                                  profile=False, allow_nccl=args.allow_nccl, **({} if warm_up is None else {"warm_up_ms": warm_up}))
+                                  profile=False, allow_nccl=args.allow_nccl, **{k: v for k, v in chosen.items() if v is not None})
                 if report.status != "correct" or report.speedup is None:  # no speedup: the judge's notes say why (a call below the timer)
                     print(f"{problem.name}: {report.status}: {report.message}; " + "; ".join(report.notes))
                     break
@@ -63,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
                 intervals.append(report.speedup_ci)
                 machine.append(watch.window(began, time.monotonic()))
                 ci = f" [{report.speedup_ci[0]:.3f}, {report.speedup_ci[1]:.3f}]" if report.speedup_ci else ""
-                label = "" if warm_up is None else f" (warm-up {warm_up:g} ms)"
+                label = "" if len(settings) == 1 else f" ({_setting(warm_up, precision)})"
                 print(f"{problem.name} job {len(candidate_ms)}/{args.repeats}{label}: speedup {report.speedup:.3f}{ci} over "
-                      f"{report.candidate_timing.rounds} rounds ({report.candidate_timing.l2_policy}), "
+                      f"{report.candidate_timing.rounds} rounds, {report.candidate_timing.iterations} calls "
+                      f"({report.candidate_timing.l2_policy}), "
                       f"candidate {candidate_ms[-1]:.4f} ms, "
                       f"(min {report.candidate_timing.min_ms:.4f}, iqr {report.candidate_timing.iqr_ms:.4f}), "
                       f"reference {reference_ms[-1]:.4f} ms (min {report.reference_timing.min_ms:.4f}, iqr "
@@ -75,24 +82,29 @@ def main(argv: list[str] | None = None) -> int:
                 roofline = f"{report.roofline_fraction:.0%} of the roofline; " if report.roofline_fraction else ""
                 print(f"   {roofline}clock: {clock_line(report)}", flush=True)
                 print(f"   machine: {line(machine[-1])}", flush=True)
-            for warm_up, (candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine, device_ms) in jobs.items():
+            for (warm_up, precision), (candidate_ms, reference_ms, fastest_ms, overhead_ms, speedups, intervals, machine,
+                                       device_ms) in jobs.items():
                 if len(candidate_ms) != args.repeats:
                     continue
                 spread = max(speedups) / min(speedups)
                 goal = 1.03 if min(candidate_ms) > 1.0 else 1.10
-                setting = "default" if warm_up is None else f"{warm_up:g} ms"
-                rows.append([problem.name, setting, args.repeats, min(speedups), max(speedups), spread, goal, "yes" if spread <= goal else "no",
+                rows.append([problem.name, _setting(warm_up, precision), args.repeats, min(speedups), max(speedups), spread, goal, "yes" if spread <= goal else "no",
                              max(candidate_ms) / min(candidate_ms), max(reference_ms) / min(reference_ms), _spread(device_ms),
                              min(candidate_ms), min(reference_ms), f"{min(overhead_ms):.4f}-{max(overhead_ms):.4f}"])
-                records.append({"problem": problem.name, "warm_up_ms": warm_up, "speedups": speedups, "intervals": intervals,
+                records.append({"problem": problem.name, "warm_up_ms": warm_up, "timing_precision": precision, "speedups": speedups, "intervals": intervals,
                                 "candidate_ms": candidate_ms, "reference_ms": reference_ms, "reference_device_ms": device_ms,
                                 "machine": machine, "speedup_max_over_min": spread, "goal": goal})
     print_table(f"timing stability over {args.repeats} separate jobs, world {args.world}, {args.device}",
-                ["problem", "warm-up", "jobs", "speedup min", "speedup max", "speedup max/min", "goal", "met", "cand max/min",
+                ["problem", "setting", "jobs", "speedup min", "speedup max", "speedup max/min", "goal", "met", "cand max/min",
                  "ref max/min", "ref device max/min", "cand min ms", "ref min ms", "ref sync overhead ms"], rows)
     if args.json:
         args.json.write_text(json.dumps(records, indent=2))
     return 0
+
+
+def _setting(warm_up: float | None, precision: float | None) -> str:
+    words = ([] if warm_up is None else [f"warm-up {warm_up:g} ms"]) + ([] if precision is None else [f"precision {precision:g}"])
+    return ", ".join(words) or "default"
 
 
 def _ms(value: float | None) -> str:
