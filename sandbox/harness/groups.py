@@ -103,6 +103,7 @@ class RankGroup:
         self._kill_lock = threading.Lock()
         self.overheads: list[float] | None = None  # each rank's empty timed interval, once it said it is ready
         self.device_barrier = False
+        self.walled_off = False  # every rank in a Landlock domain of its own (sandbox/rank/zygote.py)
         self.flush_ms = 0.0  # one L2 flush's device time, as its ranks measured (the most; 0: no GPU flush)
         self.loaded = False  # its module is imported (a reference group kept warm stays loaded)
         self.healthy = True  # nothing went wrong with it (only a healthy reference group is kept)
@@ -114,10 +115,12 @@ class RankGroup:
     # ---------------------------------------------------------------- messaging
     def took_ready(self, ready: list) -> None:
         """What its ranks said once started (``Ready`` answers): each rank's empty timed interval,
-        whether they have a device barrier, how long one L2 flush keeps their GPUs busy."""
+        whether they have a device barrier, how long one L2 flush keeps their GPUs busy, whether
+        each is walled off from the others."""
         self.overheads = [a.reply.overhead_ms for a in ready]
         self.device_barrier = all(a.reply.device_barrier for a in ready)
         self.flush_ms = max(a.reply.flush_ms for a in ready)
+        self.walled_off = all(a.reply.walled_off for a in ready)
 
     def send(self, rank: int, message: dict[str, Any], fds: list[int] = ()) -> None:
         """``message`` to ``rank``, waiting at most SEND_TIMEOUT_S for room on its channel: a rank

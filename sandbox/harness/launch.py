@@ -30,12 +30,13 @@ log = structlog.get_logger(__name__)
 CANDIDATE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST",
                  "KLOOP_CUDA_ARCH", "NCCL_DEBUG", "NCCL_P2P_LEVEL", "OMP_NUM_THREADS", "LD_LIBRARY_PATH")
 TREE_USER = "kloop"  # USER and LOGNAME in a candidate's tree: its uid has no passwd entry (getpass asks those first)
-RANK_FILES = ("__init__.py", "runtime.py", "rank", "readiness.py")  # of `sandbox`: what a candidate's rank imports
+# of `sandbox`: what a candidate's rank imports (jail: its zygote walls each rank off, sandbox.jail.landlock.wall_off)
+RANK_FILES = ("__init__.py", "runtime.py", "rank", "readiness.py", "jail")
 
 
 def stage_rank_packages(folder: Path) -> Path:
     """A private copy of what a candidate's rank imports (kloop_runtime, and of sandbox only its
-    __init__, the runtime alias and the rank package), in ``folder``; returns it."""
+    __init__, the runtime alias, the rank and jail packages), in ``folder``; returns it."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     runtime, sandbox = package_dir("kloop_runtime"), package_dir("sandbox")
     shutil.copytree(runtime, folder / "kloop_runtime", ignore=ignore, dirs_exist_ok=True)

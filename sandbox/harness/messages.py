@@ -52,6 +52,7 @@ class Ready(Reply):
     device_barrier: bool
     backend: Line
     flush_ms: Millis  # one L2 flush's device time in its process (0: no GPU flush)
+    walled_off: bool = False  # in a Landlock domain of its own, entered before any candidate code ran (sandbox/rank/zygote.py)
 
 
 class Loaded(Reply):

@@ -74,6 +74,8 @@ PAUSE_FAILED = "the candidate's processes could not be stopped"
 MEMFD_INPUTS_NOTE = ("inputs reached the ranks through memory files, masked until each call (the reference could not share "
                      "device memory here, or KLOOP_INPUT_BLOBS=memfd): staging them took longer than from device memory")
 CHECKED_SHARE = 0.2  # of each timed round's calls, this share (at least one) is checked
+WALL_MISSING_NOTE = ("the candidate's ranks could not be walled off from each other (a Landlock domain each needs Linux 6.12 or "
+                     "later): a rank could have shown the judge a copy of a call's bytes that another rank made for it")
 PROFILED_CALLS = 5
 DEVICE_TIME_CALLS = 8  # the reference's calls timed with the launch hidden (_reference_device_ms)
 MAX_REVEAL_BYTES = 64 * 2**30
@@ -233,6 +235,8 @@ class Evaluation:
         if config.device == "cuda" and config.world > 1 and not (self.reference.device_barrier and self.candidate.device_barrier):
             self.report.notes.append("ranks were aligned by the harness's messages only (no device barrier): timings of short "
                                      "calls carry the ranks' start skew")
+        if config.device == "cpu" and config.world > 1 and not self.candidate.walled_off:
+            self.report.notes.append(WALL_MISSING_NOTE)
 
     # ------------------------------------------------------------------ failures
     def _expect(self, answers: list[Answer | RankFailure], role: str) -> list[Answer]:

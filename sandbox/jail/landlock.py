@@ -126,6 +126,21 @@ def restrict(read: list[str] = (), write: list[str] = (), devices: dict[str, int
     return measures
 
 
+def wall_off() -> bool:
+    """Enter a domain of this process's own (ABI 6+), nested in the one it is in, with no path
+    rule but one refused right: making a unix socket file anywhere. From then on no process outside
+    it (another rank of the group, or a process that rank started, however it forks or execs) can
+    ptrace it, open its /proc fds or memory, or take one of its descriptors with pidfd_getfd, and
+    it can reach no abstract unix socket and signal no process outside it. So a rank's descriptors
+    stay its own: none can come from another rank (SCM_RIGHTS needs a unix socket between them) and
+    none can be taken by one. The files it may open otherwise are the enclosing domain's. Returns
+    whether it held (no on a kernel before 6.12: nothing was restricted)."""
+    if abi() < 6:
+        return False
+    _restrict_self(_create(_MAKE_SOCK, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX))
+    return True
+
+
 def scope_signals_only() -> bool:
     """Enter a domain that restricts nothing but signals (ABI 6+): from then on this process and
     its descendants, however they fork, can signal each other and nothing outside (a descendant

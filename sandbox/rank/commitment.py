@@ -81,10 +81,11 @@ def commitment(tensors: list, scheme: str = "transposed", nonce: bytes = b"", se
     (:func:`matches_sealed`): the bytes shown existed when the call ended. A digest alone did not
     hold them to that: in an all-gather the root, holding every rank's outputs and inputs, made
     every rank's commitment, and the others received their outputs only when asked to show them,
-    untimed (tests/fixtures/hostile/gather_to_root_commits_for_all.py). It does not bind them to
-    the rank: ranks can pass each other descriptors (CUDA IPC needs it), and a root that seals each
-    peer's copy in the timed call and hands it over passes
-    (tests/fixtures/hostile/root_seals_copies_for_peers.py, a known hole)."""
+    untimed (tests/fixtures/hostile/gather_to_root_commits_for_all.py). It binds them to the rank
+    only where no descriptor can pass between ranks: on a CPU each rank is walled off from the
+    others (sandbox/rank/zygote.py); on a GPU, ranks pass each other descriptors (CUDA IPC needs
+    it), and a root that seals each peer's copy in the timed call and hands it over passes
+    (tests/fixtures/hostile/root_seals_copies_for_peers.py: a known hole there)."""
     parts = [[str(t.dtype).removeprefix("torch."), list(t.shape)] for t in tensors]
     if scheme == "tree":
         parts = [[*part, tree_digest(t)] for part, t in zip(parts, tensors)]

@@ -56,7 +56,7 @@ class RankServer:
     def serve(self) -> None:
         self.channel.send({"type": "ready", "rank": self.rank, "overhead_ms": self.device.overhead_ms,
                            "device_barrier": self.device.barrier is not None, "backend": self.device.backend,
-                           "flush_ms": self.device.flush_ms})
+                           "flush_ms": self.device.flush_ms, "walled_off": bool(self.config.get("walled_off"))})
         while True:
             try:
                 message, fds = self.channel.recv()

@@ -28,9 +28,11 @@ def die_with_parent() -> None:
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def run_ranks(config: dict[str, Any], make_server: Callable[[Any, dict[str, Any]], Any]) -> int:
+def run_ranks(config: dict[str, Any], make_server: Callable[[Any, dict[str, Any]], Any], wall_off: bool = False) -> int:
     """Fork a rank per entry of ``config["ranks"]`` ({"rank", "channel", "log"} fds) and serve each
-    with ``make_server(channel, rank_config)``; returns when every rank has ended."""
+    with ``make_server(channel, rank_config)``; returns when every rank has ended. With
+    ``wall_off`` each rank first enters a Landlock domain of its own (sandbox.jail.landlock.wall_off;
+    ``rank_config["walled_off"]`` says whether it held)."""
     import warnings
 
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
@@ -62,7 +64,7 @@ def run_ranks(config: dict[str, Any], make_server: Callable[[Any, dict[str, Any]
                 local = 0 if config["mode"] == "emulate" else rank
                 # torchrun's variables, which code written for torchrun launches (ParallelKernelBench's) reads
                 os.environ.update(RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(config["world"]))
-                rank_config = {**config, "rank": rank}
+                rank_config = {**config, "rank": rank, "walled_off": wall_off and _walled_off()}
                 make_server(Channel.from_fd(entry["channel"]), rank_config).serve()
                 code = 0
             except BaseException:  # noqa: BLE001 - the parent sees the channel close and reads the log
@@ -83,8 +85,22 @@ def run_ranks(config: dict[str, Any], make_server: Callable[[Any, dict[str, Any]
     return status
 
 
+def _walled_off() -> bool:
+    from sandbox.jail.landlock import wall_off
+
+    try:
+        return wall_off()
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
+    """A candidate's ranks. On a CPU, where no rank needs another's descriptors (a GPU's ranks share
+    device memory through them), each rank is walled off from the others before any candidate code
+    runs: a rank's sealed copy of a call's bytes (sandbox/rank/commitment.py) is then one it made
+    itself (tests/fixtures/hostile/root_seals_copies_for_peers.py, reduce_to_root_seals_scm_rights.py)."""
     from sandbox.rank.server import RankServer
 
     argv = sys.argv[1:] if argv is None else argv
-    return run_ranks(json.loads(argv[0]), RankServer)
+    config = json.loads(argv[0])
+    return run_ranks(config, RankServer, wall_off=config["mode"] == "cpu" and config["world"] > 1)

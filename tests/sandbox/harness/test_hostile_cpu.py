@@ -26,6 +26,9 @@ EVERY_WORLD = {"wordsum_commitment_forgery", "commit_then_compute_at_reveal", "f
                "unsolicited_and_pickle", "all_reduce_reference_copy", "all_reduce_no_memo",
                "all_reduce_store_no_nccl", "chunk_digest_commitment_forgery", "gather_to_root_commits_for_all", "all_gather_default_size",
                "reference_noise_widens_clock", "noisy_reference_hides_staging",
+               # each rank walled off from the others (sandbox/rank/zygote.py), and the honest versions beside them
+               "root_seals_copies_for_peers", "reduce_to_root_seals_scm_rights", "all_gather_gather_then_send_back",
+               "all_reduce_reduce_then_send_back",
                # the rounding bound of sums (ProblemSpec.sum_of_products) grows with the world size: lossy and honest sums
                "int8_quantized_transfer_all_reduce", "int8_quantized_transfer_reduce_scatter",
                "int8_quantized_partials_gemm_all_reduce", "all_reduce_bf16_rotated_sums", "reduce_scatter_bf16_rotated_sums",
