@@ -88,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 spread = max(speedups) / min(speedups)
                 goal = 1.03 if min(candidate_ms) > 1.0 else 1.10
-                rows.append([problem.name, _setting(warm_up, precision), args.repeats, min(speedups), max(speedups), spread, goal, "yes" if spread <= goal else "no",
+                rows.append([problem.name, _setting(warm_up, precision), args.repeats, min(speedups), max(speedups), spread, goal,
+                             "yes" if spread <= goal else "no",
                              max(candidate_ms) / min(candidate_ms), max(reference_ms) / min(reference_ms), _spread(device_ms),
                              min(candidate_ms), min(reference_ms), f"{min(overhead_ms):.4f}-{max(overhead_ms):.4f}"])
-                records.append({"problem": problem.name, "warm_up_ms": warm_up, "timing_precision": precision, "speedups": speedups, "intervals": intervals,
+                records.append({"problem": problem.name, "warm_up_ms": warm_up, "timing_precision": precision, "speedups": speedups,
+                                "intervals": intervals,
                                 "candidate_ms": candidate_ms, "reference_ms": reference_ms, "reference_device_ms": device_ms,
                                 "machine": machine, "speedup_max_over_min": spread, "goal": goal})
     print_table(f"timing stability over {args.repeats} separate jobs, world {args.world}, {args.device}",

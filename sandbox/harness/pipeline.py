@@ -51,6 +51,7 @@ from sandbox.nvml import gpu_model_name
 from sandbox.rank import commitment, device_kernels, wire
 from sandbox.rank.wire import close_received
 from sandbox.rank.device import flushes_for
+from sandbox.rank.zygote import walls_ranks_off
 from sandbox.report import CompileStats, EvalReport, LogExcerpt, ProfileSummary, RankVerdict, Timing
 
 log = structlog.get_logger(__name__)
@@ -235,7 +236,7 @@ class Evaluation:
         if config.device == "cuda" and config.world > 1 and not (self.reference.device_barrier and self.candidate.device_barrier):
             self.report.notes.append("ranks were aligned by the harness's messages only (no device barrier): timings of short "
                                      "calls carry the ranks' start skew")
-        if config.device == "cpu" and config.world > 1 and not self.candidate.walled_off:
+        if walls_ranks_off(config.device, config.world) and not self.candidate.walled_off:
             self.report.notes.append(WALL_MISSING_NOTE)
 
     # ------------------------------------------------------------------ failures

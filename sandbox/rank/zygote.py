@@ -85,6 +85,13 @@ def run_ranks(config: dict[str, Any], make_server: Callable[[Any, dict[str, Any]
     return status
 
 
+def walls_ranks_off(mode: str, world: int) -> bool:
+    """Whether a candidate's ranks are walled off from each other (:func:`main`): on a CPU, where no
+    rank needs another's descriptors (a GPU's ranks share device memory through them), in a group of
+    several."""
+    return mode == "cpu" and world > 1
+
+
 def _walled_off() -> bool:
     from sandbox.jail.landlock import wall_off
 
@@ -95,12 +102,12 @@ def _walled_off() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """A candidate's ranks. On a CPU, where no rank needs another's descriptors (a GPU's ranks share
-    device memory through them), each rank is walled off from the others before any candidate code
-    runs: a rank's sealed copy of a call's bytes (sandbox/rank/commitment.py) is then one it made
-    itself (tests/fixtures/hostile/root_seals_copies_for_peers.py, reduce_to_root_seals_scm_rights.py)."""
+    """A candidate's ranks. Where :func:`walls_ranks_off`, each rank is walled off from the others
+    before any candidate code runs: a rank's sealed copy of a call's bytes (sandbox/rank/commitment.py)
+    is then one it made itself (tests/fixtures/hostile/root_seals_copies_for_peers.py,
+    reduce_to_root_seals_scm_rights.py)."""
     from sandbox.rank.server import RankServer
 
     argv = sys.argv[1:] if argv is None else argv
     config = json.loads(argv[0])
-    return run_ranks(config, RankServer, wall_off=config["mode"] == "cpu" and config["world"] > 1)
+    return run_ranks(config, RankServer, wall_off=walls_ranks_off(config["mode"], config["world"]))
